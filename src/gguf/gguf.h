@@ -4,6 +4,7 @@
 // ne = {cols, rows} = {n_in, n_out}.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -32,6 +33,22 @@ enum class ValueType : uint32_t {
   FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
+// Is `t` (read from a file) one of the 13 GGUF value types?
+inline bool is_valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
+// Bytes of one fixed-size scalar on disk; 0 for STRING and ARRAY.
+size_t value_type_size(ValueType t);
+bool is_unsigned_type(ValueType t);  // UINT8/16/32/64
+bool is_signed_type(ValueType t);    // INT8/16/32/64
+inline bool is_integer_type(ValueType t) { return is_unsigned_type(t) || is_signed_type(t); }
+inline bool is_float_type(ValueType t) { return t == ValueType::FLOAT32 || t == ValueType::FLOAT64; }
+
+// GGUF allows arrays of arrays; the reader bounds the nesting (an array directly
+// under a key is depth 1). llama.cpp itself accepts only depth 1.
+inline constexpr int kMaxArrayDepth = 8;
+// ggml keeps tensor names in a char[64] (GGML_MAX_NAME): the writer refuses longer
+// names so that every file it writes loads in llama.cpp.
+inline constexpr size_t kMaxTensorNameLen = 63;
+inline constexpr const char* kKeyAlignment = "general.alignment";
 
 struct Value;
 struct Array {
@@ -45,6 +62,20 @@ struct Value {
   ValueType type = ValueType::UINT8;
   std::variant<uint64_t, int64_t, double, bool, std::string, Array> v;
 };
+
+bool operator==(const Array& a, const Array& b);
+bool operator==(const Value& a, const Value& b);
+
+// Value constructors (the variant alternative follows the type: unsigned types hold
+// uint64_t, signed int64_t, floats double).
+Value make_uint(ValueType t, uint64_t v);    // UINT8/16/32/64
+Value make_int(ValueType t, int64_t v);      // INT8/16/32/64
+Value make_float(ValueType t, double v);     // FLOAT32/64
+Value make_bool(bool v);
+Value make_string(std::string v);
+Value make_array(ValueType elem_type, std::vector<Value> items);
+// Human-readable rendering (arrays abbreviated after `max_items`), for tools and errors.
+std::string value_to_string(const Value& v, size_t max_items = 8);
 
 struct KeyValue {
   std::string key;

@@ -40,6 +40,12 @@ class Writer {
   // Calls progress(done_bytes, total_bytes) after each tensor when given.
   Status write(const std::string& path,
                const std::function<void(int64_t, int64_t)>& progress = {}) const;
+  // Same bytes as write(), in memory (tests, fuzz seeds, small files).
+  Result<std::vector<uint8_t>> to_bytes() const;
+
+  class Sink;  // destination of emitted bytes (file or memory), defined in writer.cpp
+
+  uint64_t alignment() const { return alignment_; }
 
  private:
   struct PendingTensor {
@@ -48,6 +54,8 @@ class Writer {
     std::vector<int64_t> ne;
     Fill fill;
   };
+  Status emit(Sink& sink, const std::function<void(int64_t, int64_t)>& progress) const;
+
   uint64_t alignment_;
   std::vector<KeyValue> kv_;
   std::vector<PendingTensor> tensors_;
