@@ -1,0 +1,1 @@
+set(BRASS_TEST_DEPS nlohmann_json::nlohmann_json)

