@@ -20,6 +20,10 @@ constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;
 // u32 type + u64 offset.
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;
 constexpr uint32_t kMaxDims = 4;
+// Cap on metadata values in one file. Each parsed value costs ~64 bytes of memory, so
+// a crafted 1 GB array of u8 would otherwise cost ~64 GB; real files hold ~1M values
+// (gpt-oss: 201k tokens, 446k merges, 201k token types).
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24;
 
 // Bytes a single array element occupies at least on disk.
 uint64_t min_elem_bytes(ValueType t) {
@@ -77,7 +81,7 @@ class Cursor {
 
 // Reads one value of type `t`. On error `where` receives the element path below the
 // key (e.g. "[12][3]") so the caller can name exactly which element is bad.
-Result<Value> read_value(Cursor& cur, ValueType t, int depth, std::string& where) {
+Result<Value> read_value(Cursor& cur, ValueType t, int depth, uint64_t& budget, std::string& where) {
   Value out;
   out.type = t;
   switch (t) {
@@ -155,11 +159,15 @@ Result<Value> read_value(Cursor& cur, ValueType t, int depth, std::string& where
         return Status::errorf(
             "array length {} of {} cannot fit in the {} bytes left in the file ({} bytes each at least)",
             n, value_type_name(elem), cur.remaining(), min_bytes);
+      if (n > budget)
+        return Status::errorf("array length {} exceeds the metadata limit of {} values per file", n,
+                              kMaxMetadataValues);
+      budget -= n;
       Array arr;
       arr.elem_type = elem;
       arr.items.reserve(static_cast<size_t>(n));  // bounded by the remaining bytes above
       for (uint64_t i = 0; i < n; ++i) {
-        auto item = read_value(cur, elem, depth + 1, where);
+        auto item = read_value(cur, elem, depth + 1, budget, where);
         if (!item.is_ok()) {
           where = fmt::format("[{}]{}", i, where);
           return item.status();
@@ -257,6 +265,7 @@ Status Reader::parse_all() {
 
   // ---- metadata ----
   kv_.reserve(static_cast<size_t>(n_kv));
+  uint64_t value_budget = kMaxMetadataValues;
   for (uint64_t i = 0; i < n_kv; ++i) {
     auto key = cur.take_string("key");
     if (!key.is_ok()) return fail(key.status(), fmt::format("key #{}", i));
@@ -269,7 +278,7 @@ Status Reader::parse_all() {
     if (!is_valid_value_type(*type))
       return Status::errorf("{}: {}: unknown value type {} (valid: 0..12)", p, kname, *type);
     std::string where;
-    auto value = read_value(cur, static_cast<ValueType>(*type), 0, where);
+    auto value = read_value(cur, static_cast<ValueType>(*type), 0, value_budget, where);
     if (!value.is_ok()) return fail(value.status(), kname + where);
     kv_index_.emplace(*key, kv_.size());
     kv_.push_back(KeyValue{std::move(key).value(), std::move(value).value()});

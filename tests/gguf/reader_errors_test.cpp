@@ -154,6 +154,21 @@ TEST(ReaderErrors, ValueTypes) {
   expect_error(build(empty_key).b, "key #3: empty key name");
 }
 
+TEST(ReaderErrors, MetadataValueCap) {
+  // 2^24 + 1 uint8 items fit in the file but exceed the per-file value cap (each
+  // parsed value costs ~64 bytes of memory).
+  Spec s;
+  s.extra_kv.push_back([](Image& i) {
+    i.str("test.big_array");
+    i.u32(9);
+    i.u32(0);
+    const uint64_t n = (uint64_t{1} << 24) + 1;
+    i.u64(n);
+    i.b.resize(i.b.size() + n, 1);
+  });
+  expect_error(build(s).b, "key 'test.big_array': array length 16777217 exceeds the metadata limit");
+}
+
 TEST(ReaderErrors, DuplicateKeyAndTensor) {
   Spec s;
   s.duplicate_key = true;
