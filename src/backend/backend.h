@@ -1,0 +1,222 @@
+// The backend op interface: about a dozen fused ops at gpt-oss granularity, called by
+// the explicit per-layer forward loop in model/model.cpp. Implemented by the CPU
+// reference (backend/cpu: plain loops + a thread pool; the oracle for every other
+// backend), later by a SIMD CPU backend and a CUDA backend.
+//
+// Memory model: every `float*` / `void*` named as a buffer below is BACKEND memory
+// (host memory for CPU backends, device memory for CUDA), obtained from alloc() and
+// filled with upload(). Small per-call descriptors (argument structs, the per-sequence
+// AttnSeq list) are host memory. Weights are WeightViews: type + pointer + shape;
+// for CPU backends the pointer is straight into the GGUF mmap (zero copy).
+//
+// Layouts are row-major, token-major: an activation buffer (n_tok, n) holds token t's
+// n values at [t * n, t * n + n). Weight matrices follow ggml/GGUF: ne = {n_in, n_out}
+// (ne[0] contiguous), each of the n_out rows is row_bytes(type, n_in) bytes; expert
+// tensors add ne[2] = n_expert with a whole (n_out, n_in) matrix per expert.
+//
+// Numerics contract (every backend, checked against the CPU reference in parity tests):
+// accumulate in f32 (or better); softmaxes subtract the running max; the sink logit
+// joins attention's max and denominator; ties in router top-k go to the lower expert
+// index.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace brass::backend {
+
+// A read-only weight tensor: `type` blocks, ne in ggml order (unused dims are 1).
+struct WeightView {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  int64_t ne[4] = {1, 1, 1, 1};
+  int64_t row_bytes() const { return ::brass::row_bytes(type, ne[0]); }
+  // Bytes of one 2-D slice (one expert's matrix).
+  int64_t matrix_bytes() const { return row_bytes() * ne[1]; }
+};
+
+// Backend memory. Freed by its Backend when destroyed.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+  template <class T>
+  T* as() { return static_cast<T*>(data()); }
+};
+
+// ---- op arguments (named, one struct per op) ----
+
+// out(n_tok, n_embd) = dequantized rows table[tokens[t]] (table ne = {n_embd, n_vocab}).
+// Token ids must be < n_vocab (the model validates them before calling).
+struct EmbedArgs {
+  WeightView table;
+  const int32_t* tokens = nullptr;  // (n_tok) backend memory
+  int64_t n_tok = 0;
+  float* out = nullptr;             // (n_tok, n_embd)
+};
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight. out may alias x.
+struct RmsNormArgs {
+  const float* x = nullptr;       // (n_rows, n)
+  const float* weight = nullptr;  // (n) f32
+  float* out = nullptr;           // (n_rows, n)
+  int64_t n_rows = 0;
+  int64_t n = 0;
+  float eps = 1e-5f;
+};
+
+// y(n_tok, n_out) = x(n_tok, n_in) W^T + bias, W = w (ne {n_in, n_out}), any type the
+// backend supports (supports_weight_type). bias may be null.
+struct MatmulArgs {
+  WeightView w;
+  const float* bias = nullptr;  // (n_out) or null
+  const float* x = nullptr;     // (n_tok, n_in)
+  float* y = nullptr;           // (n_tok, n_out); must not alias x
+  int64_t n_tok = 0;
+};
+
+// In-place NeoX (half-split) rotary embedding with precomputed per-pair frequencies:
+// for pair j in [0, head_dim/2): angle = pos[t] * inv_freq[j];
+//   (x[j], x[j+half]) <- mscale * (x[j] cos - x[j+half] sin, x[j+half] cos + x[j] sin).
+// YaRN lives entirely in inv_freq and mscale (see model/rope.h).
+struct RopeArgs {
+  float* x = nullptr;                // (n_tok, n_heads, head_dim)
+  const int32_t* pos = nullptr;      // (n_tok) backend memory
+  const float* inv_freq = nullptr;   // (head_dim / 2) backend memory
+  float mscale = 1.0f;
+  int64_t n_tok = 0;
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// One sequence's slice of a batch plus its KV storage for ONE layer.
+// Token rows [tok0, tok0 + n_tok) of q/k/v/out belong to it; they sit at positions
+// pos0 .. pos0 + n_tok - 1 (contiguous). Storage k/v: (capacity, n_head_kv, head_dim)
+// of the cache type. Position p lives in slot p (linear, p < capacity) or, for a ring,
+// slot p % capacity; a ring must hold every key any query of the chunk needs
+// (capacity >= window + n_tok - 1).
+struct AttnSeq {
+  int64_t tok0 = 0;
+  int64_t n_tok = 0;
+  int32_t pos0 = 0;
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t capacity = 0;
+  bool ring = false;
+};
+
+// Store the chunk's K and V rows into each sequence's cache slots (converting to kv_type).
+struct KvStoreArgs {
+  const float* k = nullptr;  // (n_tok, n_head_kv, head_dim)
+  const float* v = nullptr;  // (n_tok, n_head_kv, head_dim)
+  DType kv_type = DType::F32;  // F32 or F16
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  std::span<const AttnSeq> seqs;
+};
+
+// Causal attention over the cache (the chunk's own K/V must be stored first).
+// Query head h reads kv head h / (n_head / n_head_kv). For query position p the keys are
+// positions [lo, p] with lo = window > 0 ? max(0, p - window + 1) : 0. Scores are
+// (q . k) * scale; the sink logit sinks[h] (if not null) joins the softmax max and
+// denominator and has no value row.
+struct AttentionArgs {
+  const float* q = nullptr;      // (n_tok, n_head, head_dim)
+  const float* sinks = nullptr;  // (n_head) or null
+  float* out = nullptr;          // (n_tok, n_head * head_dim)
+  DType kv_type = DType::F32;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int32_t window = 0;  // 0: full causal attention
+  float scale = 1.0f;
+  std::span<const AttnSeq> seqs;
+};
+
+// Router: per token, the k largest raw logits (ties: lower expert index first), in
+// descending order, and the softmax over those k only (llama.cpp SOFTMAX_WEIGHT).
+struct RouterArgs {
+  const float* logits = nullptr;  // (n_tok, n_expert)
+  int32_t* ids = nullptr;         // (n_tok, k)
+  float* weights = nullptr;       // (n_tok, k)
+  int64_t n_tok = 0;
+  int64_t n_expert = 0;
+  int64_t k = 0;
+};
+
+// Mixture of experts with OAI SwiGLU: for token t and its j-th expert e = ids[t, j]:
+//   g = gate_e x + gate_b[e];  u = up_e x + up_b[e]          (n_ff each)
+//   g = min(g, limit); u = clamp(u, -limit, limit)
+//   a = g * sigmoid(alpha * g) * (u + 1)
+//   out[t] += weights[t, j] * (down_e a + down_b[e])      (summed over j = 0..k-1)
+// out is overwritten (not accumulated into). Weights ne: gate/up {n_embd, n_ff, n_expert},
+// down {n_ff, n_embd, n_expert}; biases f32 (n_expert, n_ff) / (n_expert, n_embd).
+struct MoeArgs {
+  const float* x = nullptr;        // (n_tok, n_embd)
+  const int32_t* ids = nullptr;    // (n_tok, k)
+  const float* weights = nullptr;  // (n_tok, k)
+  WeightView gate, up, down;
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  float* out = nullptr;  // (n_tok, n_embd)
+  int64_t n_tok = 0;
+  int64_t k = 0;
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+
+// y[i] += x[i] for i < n.
+struct AddArgs {
+  float* y = nullptr;
+  const float* x = nullptr;
+  int64_t n = 0;
+};
+
+// out[i] = x[rows[i]] for i < n_rows (rows of n floats).
+struct GatherRowsArgs {
+  const float* x = nullptr;
+  const int32_t* rows = nullptr;  // (n_rows) backend memory
+  float* out = nullptr;           // (n_rows, n)
+  int64_t n_rows = 0;
+  int64_t n = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int n_threads() const { return 1; }
+
+  // Can matmul/embed/moe read weights of this type?
+  virtual bool supports_weight_type(DType t) const = 0;
+
+  virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // Wait until every op issued so far has finished (CPU ops are synchronous).
+  virtual void synchronize() {}
+
+  virtual void embed(const EmbedArgs& a) = 0;
+  virtual void rms_norm(const RmsNormArgs& a) = 0;
+  virtual void matmul(const MatmulArgs& a) = 0;
+  virtual void rope(const RopeArgs& a) = 0;
+  virtual void kv_store(const KvStoreArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  virtual void router(const RouterArgs& a) = 0;
+  virtual void moe(const MoeArgs& a) = 0;
+  virtual void add(const AddArgs& a) = 0;
+  virtual void gather_rows(const GatherRowsArgs& a) = 0;
+};
+
+// The CPU reference backend (backend/cpu). n_threads <= 0: env::threads().
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+}  // namespace brass::backend

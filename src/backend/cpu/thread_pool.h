@@ -1,0 +1,48 @@
+// A small persistent thread pool for the CPU backends: n-1 worker threads created
+// once, plus the calling thread, run `parallel_for` task ranges. Tasks are handed out
+// through an atomic counter (dynamic balancing; experts and heads have uneven cost).
+// One parallel_for at a time per pool (the forward pass is single-threaded above it).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace brass::backend::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(task, thread_index) for every task in [0, n_tasks); thread_index is in
+  // [0, size()) and unique among concurrently running calls (use it for scratch).
+  // Returns when all tasks are done.
+  void parallel_for(int64_t n_tasks, const std::function<void(int64_t, int)>& fn);
+
+ private:
+  void worker(int index);
+  void run_tasks(int index);
+
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  uint64_t generation_ = 0;
+  int active_ = 0;  // workers still running the current generation
+  bool stop_ = false;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  int64_t n_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace brass::backend::cpu

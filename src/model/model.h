@@ -1,0 +1,106 @@
+// Model: a loaded gpt-oss GGUF (config + bound weights + backend + KV cache) and its
+// forward pass over a BATCH of sequence chunks. Prefilling a whole prompt is one
+// forward call (matrix-matrix work); decoding is the same call with one token per
+// sequence; prefill chunks and decode tokens of many sequences mix in one call.
+// Chunks longer than max_chunk_tokens are split into rounds internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace brass::gguf {
+class Reader;
+}
+
+namespace brass::model {
+
+struct ModelOptions {
+  int n_threads = 0;               // CPU threads; 0: env::threads() (BRASS_THREADS or all cores)
+  DType kv_type = DType::F32;      // F32 (reference) or F16
+  int64_t n_ctx = 0;               // per-sequence context limit; 0: context_length
+  int64_t max_chunk_tokens = 512;  // tokens per sequence per internal forward round
+  bool yarn_rounded = false;       // llama.cpp's floor/ceil YaRN range (see rope.h)
+};
+
+// `tokens` sit at positions pos0 .. pos0 + size - 1; pos0 must equal the sequence's
+// current length. Logits are returned for the last token, or for every token when
+// all_logits.
+struct SeqChunk {
+  int32_t seq_id = 0;
+  std::span<const int32_t> tokens;
+  int32_t pos0 = 0;
+  bool all_logits = false;
+};
+
+struct ForwardOutput {
+  int64_t n_vocab = 0;
+  std::vector<float> logits;   // (total rows, n_vocab), chunks in batch order
+  std::vector<int64_t> row0;   // per chunk: its first row
+  std::vector<int64_t> n_rows; // per chunk: 1, or its token count when all_logits
+  const float* row(size_t chunk, int64_t i = 0) const {
+    return logits.data() + (row0[chunk] + i) * n_vocab;
+  }
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& o = {});
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::Reader> reader,
+                                             const ModelOptions& o = {});
+  ~Model();
+
+  const GptOssConfig& config() const { return cfg_; }
+  const GptOssWeights& weights() const { return w_; }
+  const gguf::Reader& reader() const { return *reader_; }
+  const RopeFreqs& rope() const { return rope_; }
+  backend::Backend& backend() { return *be_; }
+  KvCache& kv_cache() { return kv_; }
+  std::string summary() const;
+
+  Status add_sequence(int32_t seq_id) { return kv_.add_sequence(seq_id); }
+  Status remove_sequence(int32_t seq_id) { return kv_.remove_sequence(seq_id); }
+  Status truncate_sequence(int32_t seq_id, int64_t n) { return kv_.truncate(seq_id, n); }
+  Result<int64_t> sequence_length(int32_t seq_id) const { return kv_.length(seq_id); }
+
+  // Run the batch. Invalid input (unknown sequence, wrong pos0, bad token id, context
+  // overflow) is reported before anything is computed or any sequence changes.
+  Status forward(std::span<const SeqChunk> batch, ForwardOutput& out);
+
+ private:
+  struct Step {  // one sub-chunk of one round
+    int32_t seq_id;
+    std::span<const int32_t> tokens;
+    int64_t pos0;
+    int64_t out_first;   // first token index (within the sub-chunk) that needs logits; -1: none
+    float* out_dst;      // where those rows go (host)
+  };
+  Model() = default;
+  Status forward_round(std::span<const Step> steps);
+  Status ensure_scratch(int64_t n_tok, int64_t n_out);
+
+  std::unique_ptr<gguf::Reader> reader_;
+  GptOssConfig cfg_;
+  GptOssWeights w_;
+  RopeFreqs rope_;
+  ModelOptions opt_;
+  std::unique_ptr<backend::Backend> be_;
+  KvCache kv_;
+
+  // Scratch (backend memory), sized for the largest round so far.
+  int64_t cap_tok_ = 0, cap_out_ = 0;
+  std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_, tok_, pos_;
+  std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_;
+};
+
+}  // namespace brass::model

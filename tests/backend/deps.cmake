@@ -1,0 +1,1 @@
+set(BRASS_TEST_DEPS brass_quant)

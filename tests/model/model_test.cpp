@@ -1,0 +1,256 @@
+// The forward pass and KV cache on tiny random gpt-oss models (tiny_model.h):
+// - prefill of a prompt in one call == token-by-token decode (same positions, same
+//   cache): the reference backend computes every (token, row) dot product the same way
+//   whatever the batch shape, so the tolerance is tiny (1e-5 on logits of magnitude ~1);
+// - a batch of 3 sequences in one call == 3 separate calls;
+// - chunks split into rounds (max_chunk_tokens) == one round, and the sliding-window
+//   ring wraps (ring capacity n_swa + max_chunk - 1 < prompt length);
+// - F16 KV is close to F32 KV (16-bit rounding of K/V: loose tolerance);
+// - truncation for prefix reuse reproduces the original logits; bad input is refused.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "gguf/reader.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "tiny_model.h"
+
+namespace brass::model {
+namespace {
+
+using brass::testing::make_tiny;
+using brass::testing::TempFile;
+using brass::testing::TinySpec;
+
+struct Fixture {
+  uint32_t seed = std::random_device{}();
+  TempFile file{"model"};
+  std::mt19937 gen{seed};
+  explicit Fixture(const TinySpec& spec = {}) {
+    auto m = make_tiny(spec, seed);
+    Status s = m.write(file.path);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+  }
+  std::unique_ptr<Model> load(ModelOptions o = {}) {
+    auto m = Model::load(file.path, o);
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+    return m.is_ok() ? std::move(m).value() : nullptr;
+  }
+  std::vector<int32_t> tokens(int n, int n_vocab = 96) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = std::uniform_int_distribution<int>(0, n_vocab - 1)(gen);
+    return t;
+  }
+};
+#define FIX_TRACE(f) SCOPED_TRACE(::testing::Message() << "seed " << (f).seed)
+
+void expect_rows_near(const float* a, const float* b, int64_t n, double tol, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 3; ++i)
+    if (!(std::fabs(a[i] - b[i]) <= tol)) {
+      ADD_FAILURE() << what << " index " << i << ": " << a[i] << " vs " << b[i];
+      ++bad;
+    }
+}
+
+TEST(Model, PrefillInOneCallEqualsTokenByTokenDecode) {
+  for (int threads : {1, 3}) {
+    Fixture f;
+    FIX_TRACE(f);
+    ModelOptions o;
+    o.n_threads = threads;
+    auto m = f.load(o);
+    ASSERT_TRUE(m);
+    const int64_t V = m->config().n_vocab;
+    auto prompt = f.tokens(21);  // > 2 * n_swa: sliding layers really slide
+    ASSERT_TRUE(m->add_sequence(0).is_ok());
+    ASSERT_TRUE(m->add_sequence(1).is_ok());
+    ForwardOutput pre;
+    SeqChunk c{.seq_id = 0, .tokens = prompt, .pos0 = 0, .all_logits = true};
+    ASSERT_TRUE(m->forward({&c, 1}, pre).is_ok());
+    ASSERT_EQ(pre.n_rows[0], 21);
+    for (int i = 0; i < 21; ++i) {
+      ForwardOutput one;
+      SeqChunk d{.seq_id = 1, .tokens = std::span<const int32_t>(&prompt[i], 1), .pos0 = i, .all_logits = false};
+      Status s = m->forward({&d, 1}, one);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      expect_rows_near(pre.row(0, i), one.row(0), V, 1e-5, "position " + std::to_string(i));
+    }
+    // the logits are not degenerate
+    float mx = -1e30f, mn = 1e30f;
+    for (int64_t i = 0; i < V; ++i) mx = std::max(mx, pre.row(0, 20)[i]), mn = std::min(mn, pre.row(0, 20)[i]);
+    EXPECT_GT(mx - mn, 0.1f);
+    EXPECT_EQ(m->sequence_length(0).value(), 21);
+  }
+}
+
+TEST(Model, BatchOfThreeEqualsSeparateCalls) {
+  Fixture f;
+  FIX_TRACE(f);
+  auto batched = f.load(), separate = f.load();
+  ASSERT_TRUE(batched && separate);
+  const int64_t V = batched->config().n_vocab;
+  std::vector<std::vector<int32_t>> prompts = {f.tokens(7), f.tokens(1), f.tokens(13)};
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(batched->add_sequence(10 + s).is_ok());
+    ASSERT_TRUE(separate->add_sequence(10 + s).is_ok());
+  }
+  std::vector<SeqChunk> batch;
+  for (int s = 0; s < 3; ++s) batch.push_back({.seq_id = 10 + s, .tokens = prompts[s], .pos0 = 0, .all_logits = s == 2});
+  ForwardOutput out;
+  ASSERT_TRUE(batched->forward(batch, out).is_ok());
+  for (int s = 0; s < 3; ++s) {
+    ForwardOutput one;
+    ASSERT_TRUE(separate->forward({&batch[s], 1}, one).is_ok());
+    ASSERT_EQ(one.n_rows[0], out.n_rows[s]);
+    expect_rows_near(out.row(s), one.row(0), V * out.n_rows[s], 1e-5, "sequence " + std::to_string(s));
+  }
+  // Mixed step: decode one token on seq 10 and 11, a prefill chunk on seq 12.
+  auto t10 = f.tokens(1), t11 = f.tokens(1), t12 = f.tokens(5);
+  std::vector<SeqChunk> mixed = {{.seq_id = 10, .tokens = t10, .pos0 = 7},
+                                 {.seq_id = 11, .tokens = t11, .pos0 = 1},
+                                 {.seq_id = 12, .tokens = t12, .pos0 = 13}};
+  ASSERT_TRUE(batched->forward(mixed, out).is_ok());
+  for (int s = 0; s < 3; ++s) {
+    ForwardOutput one;
+    ASSERT_TRUE(separate->forward({&mixed[s], 1}, one).is_ok());
+    expect_rows_near(out.row(s), one.row(0), V, 1e-5, "mixed sequence " + std::to_string(s));
+  }
+}
+
+TEST(Model, ChunkedRoundsAndRingWrapEqualOneRound) {
+  Fixture f;
+  FIX_TRACE(f);
+  ModelOptions small;
+  small.max_chunk_tokens = 3;  // ring capacity 8 + 3 - 1 = 10 slots, prompt 29 tokens
+  auto a = f.load(), b = f.load(small);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(b->kv_cache().ring_capacity(), 10);
+  auto prompt = f.tokens(29);
+  ASSERT_TRUE(a->add_sequence(0).is_ok());
+  ASSERT_TRUE(b->add_sequence(0).is_ok());
+  SeqChunk c{.seq_id = 0, .tokens = prompt, .pos0 = 0, .all_logits = true};
+  ForwardOutput oa, ob;
+  ASSERT_TRUE(a->forward({&c, 1}, oa).is_ok());
+  ASSERT_TRUE(b->forward({&c, 1}, ob).is_ok());
+  ASSERT_EQ(oa.logits.size(), ob.logits.size());
+  expect_rows_near(oa.logits.data(), ob.logits.data(), static_cast<int64_t>(oa.logits.size()), 1e-5, "all rows");
+  // last-token-only output lands in the right place too
+  ASSERT_TRUE(a->add_sequence(1).is_ok());
+  ASSERT_TRUE(b->add_sequence(1).is_ok());
+  c.seq_id = 1;
+  c.all_logits = false;
+  ASSERT_TRUE(b->forward({&c, 1}, ob).is_ok());
+  expect_rows_near(ob.row(0), oa.row(0, 28), a->config().n_vocab, 1e-5, "last row");
+}
+
+TEST(Model, F16CacheIsCloseToF32) {
+  Fixture f;
+  FIX_TRACE(f);
+  ModelOptions h;
+  h.kv_type = DType::F16;
+  auto a = f.load(), b = f.load(h);
+  ASSERT_TRUE(a && b);
+  auto prompt = f.tokens(19);
+  ASSERT_TRUE(a->add_sequence(0).is_ok());
+  ASSERT_TRUE(b->add_sequence(0).is_ok());
+  SeqChunk c{.seq_id = 0, .tokens = prompt, .pos0 = 0, .all_logits = true};
+  ForwardOutput oa, ob;
+  ASSERT_TRUE(a->forward({&c, 1}, oa).is_ok());
+  ASSERT_TRUE(b->forward({&c, 1}, ob).is_ok());
+  double max_diff = 0;
+  for (size_t i = 0; i < oa.logits.size(); ++i) max_diff = std::max<double>(max_diff, std::fabs(oa.logits[i] - ob.logits[i]));
+  // K/V relative rounding 2^-11 through 4 layers: differences of order 1e-3 on O(1) logits.
+  EXPECT_LT(max_diff, 2e-2);
+  EXPECT_GT(max_diff, 0.0) << "f16 cache changed nothing: is it really f16?";
+}
+
+TEST(Model, TruncateForPrefixReuseReproducesLogits) {
+  Fixture f;
+  FIX_TRACE(f);
+  ModelOptions o;
+  o.max_chunk_tokens = 4;  // ring 11 slots
+  auto m = f.load(o);
+  ASSERT_TRUE(m);
+  const int64_t V = m->config().n_vocab;
+  auto prompt = f.tokens(20);
+  ASSERT_TRUE(m->add_sequence(0).is_ok());
+  SeqChunk c{.seq_id = 0, .tokens = prompt, .pos0 = 0, .all_logits = true};
+  ForwardOutput full;
+  ASSERT_TRUE(m->forward({&c, 1}, full).is_ok());
+  // The ring holds positions [9, 20): truncating to 17 needs [10, 17): fine.
+  ASSERT_TRUE(m->truncate_sequence(0, 17).is_ok());
+  SeqChunk tail{.seq_id = 0, .tokens = std::span<const int32_t>(prompt).subspan(17), .pos0 = 17, .all_logits = true};
+  ForwardOutput again;
+  ASSERT_TRUE(m->forward({&tail, 1}, again).is_ok());
+  for (int i = 0; i < 3; ++i) expect_rows_near(again.row(0, i), full.row(0, 17 + i), V, 1e-5, "row " + std::to_string(17 + i));
+  // Truncating to 12 needs [5, 12) but the ring only holds [9, 20): refused.
+  Status s = m->truncate_sequence(0, 12);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("sliding-window"), std::string::npos) << s.message();
+  EXPECT_EQ(m->sequence_length(0).value(), 20);
+  EXPECT_TRUE(m->truncate_sequence(0, 0).is_ok());  // a full reset is always possible
+}
+
+TEST(Model, BadInputIsRefusedWithoutSideEffects) {
+  Fixture f;
+  FIX_TRACE(f);
+  auto m = f.load();
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(m->add_sequence(0).is_ok());
+  ForwardOutput out;
+  std::vector<int32_t> good = {1, 2, 3}, bad = {1, 96};
+  auto expect_err = [&](std::vector<SeqChunk> b, const char* what) {
+    Status s = m->forward(b, out);
+    ASSERT_FALSE(s.is_ok()) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+    EXPECT_EQ(m->sequence_length(0).value(), 0);
+  };
+  expect_err({{.seq_id = 5, .tokens = good, .pos0 = 0}}, "no sequence 5");
+  expect_err({{.seq_id = 0, .tokens = good, .pos0 = 2}}, "starts at position 2");
+  expect_err({{.seq_id = 0, .tokens = bad, .pos0 = 0}}, "outside the vocabulary");
+  expect_err({{.seq_id = 0, .tokens = good, .pos0 = 0}, {.seq_id = 0, .tokens = good, .pos0 = 0}}, "twice");
+  expect_err({{.seq_id = 0, .tokens = {}, .pos0 = 0}}, "empty chunk");
+  ModelOptions o;
+  o.n_ctx = 2;
+  auto small = f.load(o);
+  ASSERT_TRUE(small->add_sequence(0).is_ok());
+  Status s = small->forward(std::vector<SeqChunk>{{.seq_id = 0, .tokens = good, .pos0 = 0}}, out);
+  EXPECT_NE(s.message().find("exceed the context"), std::string::npos) << s.message();
+  EXPECT_FALSE(m->add_sequence(0).is_ok());
+  EXPECT_TRUE(m->remove_sequence(0).is_ok());
+  EXPECT_FALSE(m->remove_sequence(0).is_ok());
+}
+
+TEST(KvCache, RingSlotsAndGrowth) {
+  Fixture f;
+  auto m = f.load();
+  ASSERT_TRUE(m);
+  KvCacheOptions o;
+  o.type = DType::F16;
+  o.max_chunk_tokens = 5;
+  auto kv = KvCache::create(m->config(), o);
+  ASSERT_TRUE(kv.is_ok());
+  EXPECT_EQ(kv->ring_capacity(), 8 + 5 - 1);
+  ASSERT_TRUE(kv->add_sequence(3).is_ok());
+  // 4 layers: sliding 0 and 2 hold a 12-slot ring from the start; full layers nothing yet
+  const int64_t row = 2 * 16 * 2;  // kv heads * head_dim * f16
+  EXPECT_EQ(kv->bytes(3).value(), 2 * 2 * 12 * row);
+  ASSERT_TRUE(kv->reserve(3, 0, 5).is_ok());
+  EXPECT_EQ(kv->bytes(3).value(), 2 * 2 * 12 * row + 2 * 2 * 256 * row);  // full layers: 256 slots minimum
+  backend::AttnSeq s0 = kv->view(3, 0, 0, 0, 5), s1 = kv->view(3, 1, 0, 0, 5);
+  EXPECT_TRUE(s0.ring);
+  EXPECT_EQ(s0.capacity, 12);
+  EXPECT_FALSE(s1.ring);
+  EXPECT_EQ(s1.capacity, 256);
+  kv->commit(3, 5);
+  EXPECT_FALSE(kv->reserve(3, 4, 1).is_ok());  // must start at length 5
+  EXPECT_FALSE(kv->reserve(3, 5, 6).is_ok());  // chunk larger than max_chunk_tokens
+  EXPECT_TRUE(kv->reserve(3, 5, 5).is_ok());
+  EXPECT_FALSE(kv->truncate(3, 6).is_ok());    // longer than the sequence
+  EXPECT_FALSE(KvCache::create(m->config(), KvCacheOptions{.type = DType::Q8_0}).is_ok());
+}
+
+}  // namespace
+}  // namespace brass::model
