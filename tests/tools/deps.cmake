@@ -1,0 +1,1 @@
+set(BRASS_TEST_DEPS brass_gguf brass_quant brass_tokenizer nlohmann_json::nlohmann_json)
