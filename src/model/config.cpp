@@ -171,9 +171,9 @@ std::string config_summary(const GptOssConfig& c, const gguf::Reader& r, int64_t
   }
   const double swa_mib = 2.0 * c.n_swa_layers() * c.n_swa * c.kv_dim() * kv_elt_bytes / (1 << 20);
   return fmt::format(
-      "{} {:.2f}B params, {:.2f} GiB, {:.2f} bpw, ctx {}, {} layers, {}x{} experts, "
+      "{} {} params, {:.2f} GiB, {:.2f} bpw, ctx {}, {} layers, {}x{} experts, "
       "KV {:.1f} KiB/token ({}-byte elements, {} full layers) + {:.1f} MiB/seq sliding window",
-      c.arch, n_params / 1e9, n_bytes / (1024.0 * 1024 * 1024), n_params > 0 ? n_bytes * 8 / n_params : 0.0,
+      c.arch, n_params >= 1e9 ? fmt::format("{:.2f}B", n_params / 1e9) : fmt::format("{:.2f}M", n_params / 1e6), n_bytes / (1024.0 * 1024 * 1024), n_params > 0 ? n_bytes * 8 / n_params : 0.0,
       c.n_ctx_train, c.n_layer, c.n_expert, c.n_expert_used,
       c.kv_bytes_per_token(kv_elt_bytes) / 1024.0, kv_elt_bytes, c.n_full_layers(), swa_mib);
 }

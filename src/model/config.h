@@ -76,7 +76,7 @@ struct GptOssConfig {
 // Read and validate. Errors are prefixed with the reader's path.
 Result<GptOssConfig> load_config(const gguf::Reader& r);
 
-// "gpt-oss 20.91B params, 12.82 GiB, 5.27 bpw, ctx 131072, 24 layers, 32x4 experts,
+// "gpt-oss 20.91B (or 0.12M) params, 12.82 GiB, 5.27 bpw, ctx 131072, 24 layers, 32x4 experts,
 //  KV 48 KiB/token (f16, full layers) + sliding window". Weight totals from the reader.
 std::string config_summary(const GptOssConfig& c, const gguf::Reader& r, int64_t kv_elt_bytes);
 

@@ -94,7 +94,7 @@ TEST(Config, SummaryCountsParametersAndBytes) {
     bytes += n / traits(t.type).block_size * traits(t.type).block_bytes;
   }
   const std::string sum = config_summary(*c, **r, 4);
-  EXPECT_NE(sum.find(fmt::format("{:.2f}B params", params / 1e9)), std::string::npos) << sum;
+  EXPECT_NE(sum.find(fmt::format("{:.2f}M params", params / 1e6)), std::string::npos) << sum;
   EXPECT_NE(sum.find(fmt::format("{:.2f} bpw", bytes * 8 / params)), std::string::npos) << sum;
 }
 
