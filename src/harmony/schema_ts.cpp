@@ -151,8 +151,15 @@ std::string render_top_one_of(const Json& variants, const std::string& indent, i
     if (const Json* def = get(variant, "default")) {
       // Unlike the property-level union, an enum's string default prints as JSON here.
       bool raw_quoted = def->is_string() && !is_enum(variant);
-      comments.push_back("default: " + (raw_quoted ? "\"" + def->get<std::string>() + "\""
-                                                   : json_compact(*def)));
+      std::string c = "default: ";
+      if (raw_quoted) {
+        c += '"';
+        c += def->get_ref<const std::string&>();
+        c += '"';
+      } else {
+        c += json_compact(*def);
+      }
+      comments.push_back(std::move(c));
     }
     if (!comments.empty()) {
       out += " //";
@@ -187,7 +194,9 @@ std::string to_ts(const Json& schema, const std::string& indent, int depth) {
       for (const auto& v : *e) {
         if (!v.is_string()) continue;
         if (!out.empty()) out += " | ";
-        out += "\"" + v.get<std::string>() + "\"";
+        out += '"';
+        out += v.get_ref<const std::string&>();
+        out += '"';
       }
       if (!out.empty()) return out;
     }
