@@ -34,16 +34,37 @@ uint64_t RankMap::hash_bytes(std::string_view s) {
   return h;
 }
 
+uint64_t RankMap::inline_key(std::string_view s) {
+  uint64_t w = 0;
+  std::memcpy(&w, s.data(), s.size() < 8 ? s.size() : 8);
+  return w;
+}
+
+bool RankMap::same_key(const Slot& slot, std::string_view s, uint32_t tag_len) const {
+  if (slot.tag_len != tag_len) return false;
+  if (s.size() <= 8) return slot.key == inline_key(s);
+  return std::memcmp(arena_.data() + slot.key, s.data(), s.size()) == 0;
+}
+
+static uint32_t make_tag_len(uint64_t h, size_t len) {
+  return uint32_t(h >> 48) << 16 | uint32_t(len);
+}
+
 void RankMap::reserve(size_t n) {
+  // Load factor <= 0.75 keeps linear probing short.
   size_t cap = 16;
-  while (cap < n * 2) cap <<= 1;
+  while (cap * 3 < n * 4) cap <<= 1;
   if (cap <= slots_.size()) return;
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(cap, Slot{});
   const size_t mask = cap - 1;
   for (const Slot& s : old) {
     if (s.rank == kNoRank) continue;
-    size_t i = s.hash & mask;
+    const std::string_view key =
+        (s.tag_len & 0xFFFF) <= 8
+            ? std::string_view(reinterpret_cast<const char*>(&s.key), s.tag_len & 0xFFFF)
+            : std::string_view(arena_).substr(s.key, s.tag_len & 0xFFFF);
+    size_t i = hash_bytes(key) & mask;
     while (slots_[i].rank != kNoRank) i = (i + 1) & mask;
     slots_[i] = s;
   }
@@ -52,34 +73,41 @@ void RankMap::reserve(size_t n) {
 void RankMap::grow() { reserve(slots_.empty() ? 16 : slots_.size()); }
 
 bool RankMap::insert(std::string_view bytes, Rank rank) {
-  if ((count_ + 1) * 2 > slots_.size()) grow();
+  if (bytes.size() > 0xFFFF) return false;  // no such tokens; keeps len in 16 bits
+  if ((count_ + 1) * 4 > slots_.size() * 3) grow();
   const uint64_t h = hash_bytes(bytes);
+  const uint32_t tl = make_tag_len(h, bytes.size());
   const size_t mask = slots_.size() - 1;
   size_t i = h & mask;
   while (slots_[i].rank != kNoRank) {
-    const Slot& s = slots_[i];
-    if (s.hash == h && s.len == bytes.size() &&
-        std::memcmp(arena_.data() + s.off, bytes.data(), bytes.size()) == 0)
-      return false;
+    if (same_key(slots_[i], bytes, tl)) return false;
     i = (i + 1) & mask;
   }
-  slots_[i] = Slot{h, uint32_t(arena_.size()), uint32_t(bytes.size()), rank};
-  arena_.append(bytes);
+  Slot s;
+  s.tag_len = tl;
+  s.rank = rank;
+  if (bytes.size() <= 8) {
+    s.key = inline_key(bytes);
+  } else {
+    s.key = arena_.size();
+    arena_.append(bytes);
+  }
+  slots_[i] = s;
   ++count_;
+  if (bytes.size() > max_len_) max_len_ = bytes.size();
   return true;
 }
 
 Rank RankMap::find(std::string_view bytes) const {
-  if (slots_.empty()) return kNoRank;
+  if (slots_.empty() || bytes.size() > max_len_) return kNoRank;
   const uint64_t h = hash_bytes(bytes);
+  const uint32_t tl = make_tag_len(h, bytes.size());
   const size_t mask = slots_.size() - 1;
   size_t i = h & mask;
   for (;;) {
     const Slot& s = slots_[i];
     if (s.rank == kNoRank) return kNoRank;
-    if (s.hash == h && s.len == bytes.size() &&
-        std::memcmp(arena_.data() + s.off, bytes.data(), bytes.size()) == 0)
-      return s.rank;
+    if (same_key(s, bytes, tl)) return s.rank;
     i = (i + 1) & mask;
   }
 }

@@ -25,24 +25,29 @@ class RankMap {
   bool insert(std::string_view bytes, Rank rank);
   Rank find(std::string_view bytes) const;
   size_t size() const { return count_; }
+  size_t max_len() const { return max_len_; }
   void reserve(size_t n);
 
  private:
+  // 16 bytes: keys of <= 8 bytes live inline (zero-padded), longer ones in the arena, so
+  // the common short lookup touches one cache line.
   struct Slot {
-    uint64_t hash = 0;
-    uint32_t off = 0;
-    uint32_t len = 0;
-    Rank rank = kNoRank;  // kNoRank: empty slot
+    uint64_t key = 0;     // inline bytes, or arena offset when len > 8
+    uint32_t tag_len = 0;  // (hash >> 48) << 16 | len
+    Rank rank = kNoRank;   // kNoRank: empty slot
   };
   static uint64_t hash_bytes(std::string_view s);
+  static uint64_t inline_key(std::string_view s);
+  bool same_key(const Slot& slot, std::string_view s, uint32_t tag_len) const;
   void grow();
 
   std::string arena_;
   std::vector<Slot> slots_;
   size_t count_ = 0;
+  size_t max_len_ = 0;
 };
 
-inline constexpr size_t kHeapThreshold = 128;
+inline constexpr size_t kHeapThreshold = 64;
 
 // Appends the ranks of `piece` (non-empty) to `out`. Every single byte of `piece` must
 // have a rank (checked when the vocabulary is loaded).

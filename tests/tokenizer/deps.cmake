@@ -1,1 +1,1 @@
-set(BRASS_TEST_DEPS nlohmann_json::nlohmann_json)
+set(BRASS_TEST_DEPS brass_gguf nlohmann_json::nlohmann_json)
