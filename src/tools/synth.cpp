@@ -71,9 +71,12 @@ GptOssShape preset_tiny() {
   s.n_expert_used = 4;
   s.n_ff = 64;
   s.n_swa = 8;
+  // YaRN as in the real model (factor 32, theta 150000) over a shorter original context.
+  // It must keep the correction range valid for head_dim 32: low = 32 ln(orig / (2 pi 32))
+  // / (2 ln theta) > 0 needs orig > 201; 256 gives the range [0.32, 4.98].
   s.yarn_factor = 32.0f;
-  s.yarn_orig_ctx = 64;
-  s.n_ctx_train = 64 * 32;
+  s.yarn_orig_ctx = 256;
+  s.n_ctx_train = 256 * 32;
   return s;
 }
 

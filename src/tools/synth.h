@@ -43,7 +43,8 @@ struct GptOssShape {
 
 GptOssShape preset_20b();
 GptOssShape preset_120b();
-GptOssShape preset_tiny();  // n_embd 64, 4 layers, 4/2 heads of 32, 8 experts (4 used), n_ff 64
+GptOssShape preset_tiny();  // n_embd 64, 4 layers, 4/2 heads of 32, 8 experts (4 used), n_ff 64,
+                            // n_swa 8, YaRN factor 32 over 256 (context 8192)
 Result<GptOssShape> preset_by_name(std::string_view name);  // "20b" | "120b" | "tiny"
 
 // One tensor of a gpt-oss GGUF: name, type, ggml shape, and how synth fills it.

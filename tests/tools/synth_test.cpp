@@ -190,8 +190,8 @@ TEST(Synth, TinyFileRoundTrip) {
   EXPECT_EQ(rd2.get_uint("gpt-oss.expert_used_count").value(), 4u);
   EXPECT_EQ(rd2.get_uint("gpt-oss.expert_feed_forward_length").value(), 64u);
   EXPECT_EQ(rd2.get_uint("gpt-oss.attention.sliding_window").value(), 8u);
-  EXPECT_EQ(rd2.get_uint("gpt-oss.rope.scaling.original_context_length").value(), 64u);
-  EXPECT_EQ(rd2.get_uint("gpt-oss.context_length").value(), 2048u);
+  EXPECT_EQ(rd2.get_uint("gpt-oss.rope.scaling.original_context_length").value(), 256u);
+  EXPECT_EQ(rd2.get_uint("gpt-oss.context_length").value(), 8192u);
   EXPECT_EQ(rd2.get_string("gpt-oss.rope.scaling.type").value(), "yarn");
   EXPECT_FLOAT_EQ(static_cast<float>(rd2.get_float("gpt-oss.rope.scaling.factor").value()), 32.0f);
   EXPECT_FLOAT_EQ(static_cast<float>(rd2.get_float("gpt-oss.rope.freq_base").value()), 150000.0f);

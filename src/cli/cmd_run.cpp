@@ -1,0 +1,206 @@
+// `brass run`: load a model, prefill the prompt in one forward call, then decode with
+// the sampler, streaming text as it is generated; ends with prefill tok/s, decode tok/s
+// and ms/token (stderr), or one JSON object with --json (stdout). Without -m it runs the
+// built-in tiny model, whose weights are RANDOM (it exercises the engine, it does not
+// produce meaningful text).
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/timer.h"
+#include "gguf/reader.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace brass::cli {
+
+namespace {
+
+Result<std::vector<int32_t>> parse_ids(const std::string& s, int64_t n_vocab) {
+  std::vector<int32_t> ids;
+  std::string t = s;
+  for (char& c : t) if (c == ',') c = ' ';
+  std::istringstream in(t);
+  std::string w;
+  while (in >> w) {
+    char* end = nullptr;
+    const long v = std::strtol(w.c_str(), &end, 10);
+    if (!end || *end || v < 0 || v >= n_vocab) {
+      return Status::errorf("--tokens: \"{}\" is not a token id (0..{})", w, n_vocab - 1);
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return Status::error("--tokens: no token ids given");
+  return ids;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  struct Opts {
+    std::string model, prompt, tokens;
+    int n_predict = 64;
+    runtime::SamplerParams sp;
+    bool seed_given = false;
+    bool json = false, yarn_rounded = false;
+    int threads = 0;
+    int64_t n_ctx = 4096;
+  };
+  auto o = std::make_shared<Opts>();
+  o->sp.temperature = 1.0f;
+  app.add_option("-m,--model", o->model,
+                 "GGUF file (default: the built-in tiny model: real o200k vocabulary, RANDOM weights)");
+  app.add_option("-p,--prompt", o->prompt, "prompt text (special-token spellings like <|start|> are parsed)");
+  app.add_option("--tokens", o->tokens, "prompt as token ids, e.g. 1,2,3 (instead of -p)");
+  app.add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+  app.add_option("--temp", o->sp.temperature, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", o->sp.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", o->sp.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", o->sp.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-penalty", o->sp.repetition_penalty, "repetition penalty (1: off)")->capture_default_str();
+  app.add_option("--repeat-last-n", o->sp.penalty_last_n, "penalty window (-1: all, 0: off)")->capture_default_str();
+  app.add_option("--presence-penalty", o->sp.presence_penalty, "presence penalty")->capture_default_str();
+  app.add_option("--frequency-penalty", o->sp.frequency_penalty, "frequency penalty")->capture_default_str();
+  app.add_option("--seed", o->sp.seed, "sampling seed (default: random, printed)");
+  app.add_flag("--json", o->json, "print one JSON object {tokens, prompt_tokens, text, timings}");
+  app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
+  app.add_option("-c,--ctx", o->n_ctx, "context size per sequence")->capture_default_str();
+  app.add_flag("--yarn-rounded", o->yarn_rounded, "llama.cpp's rounded YaRN ramp (bit-parity with llama.cpp)");
+  app.footer("Without -m, brass runs its built-in tiny gpt-oss model. Its weights are RANDOM: the output is\n"
+             "gibberish by design; it exists to exercise and time the engine.");
+  return [o, &app]() -> int {
+    const bool builtin = o->model.empty();
+    const std::string path = builtin ? builtin_model_path() : o->model;
+    if (app.count("--seed") == 0) o->sp.seed = std::random_device{}();
+    if (o->n_predict < 0) return fail("-n must be >= 0");
+    if (o->prompt.empty() && o->tokens.empty()) return fail("give a prompt with -p TEXT or --tokens IDS");
+
+    auto reader = gguf::Reader::open(path);
+    if (!reader) return fail(reader.status().message());
+    const bool synthetic = (*reader)->find("brass.synthetic") != nullptr;
+    auto tokenizer = tok::Tokenizer::from_gguf(**reader);
+    if (!tokenizer) return fail(tokenizer.status().message());
+    model::ModelOptions mo;
+    mo.n_threads = o->threads;
+    mo.n_ctx = o->n_ctx;
+    mo.yarn_rounded = o->yarn_rounded;
+    Timer load_timer;
+    auto mdl = model::Model::load(std::move(*reader), mo);
+    if (!mdl) return fail(mdl.status().message());
+    auto& m = **mdl;
+    const double load_s = load_timer.seconds();
+    const int64_t n_vocab = m.config().n_vocab;
+
+    std::vector<int32_t> prompt;
+    if (!o->tokens.empty()) {
+      auto ids = parse_ids(o->tokens, n_vocab);
+      if (!ids) return fail(ids.status().message());
+      prompt = *ids;
+    } else {
+      prompt = (*tokenizer)->encode(o->prompt, /*allow_special=*/true);
+      if (prompt.empty()) return fail("the prompt encodes to no tokens");
+    }
+    if (static_cast<int64_t>(prompt.size()) >= o->n_ctx) {
+      return fail(fmt::format("prompt of {} tokens does not fit the context of {}", prompt.size(), o->n_ctx));
+    }
+    std::set<int32_t> stop;
+    for (const char* s : {"<|return|>", "<|call|>", "<|endoftext|>"}) {
+      if (auto id = (*tokenizer)->special(s)) stop.insert(*id);
+    }
+    if (auto eos = m.reader().get_uint("tokenizer.ggml.eos_token_id")) stop.insert(static_cast<int32_t>(*eos));
+
+    if (!o->json) {
+      std::fprintf(stderr, "brass: %s\nbrass: %s\n", path.c_str(), m.summary().c_str());
+      if (builtin || synthetic) {
+        std::fprintf(stderr, "brass: NOTE: this model has RANDOM weights (%s): the text below is gibberish by design\n",
+                     builtin ? "built-in tiny model" : "made by brass synth");
+      }
+      std::fprintf(stderr, "brass: seed %llu, %zu prompt tokens, loaded in %.2f s\n",
+                   static_cast<unsigned long long>(o->sp.seed), prompt.size(), load_s);
+    }
+
+    if (auto s = m.add_sequence(0); !s) return fail(s.message());
+    runtime::Sampler sampler(o->sp);
+    tok::StreamDecoder dec(**tokenizer);
+    std::vector<int32_t> history = prompt, generated;
+    std::vector<float> logprobs;
+    std::string text, stop_reason = "length";
+    model::ForwardOutput out;
+
+    Timer t_prefill;
+    model::SeqChunk chunk{0, prompt, 0, false};
+    if (auto s = m.forward(std::span<const model::SeqChunk>(&chunk, 1), out); !s) return fail(s.message());
+    const double prefill_s = t_prefill.seconds();
+
+    Timer t_decode;
+    int n_decoded = 0;  // forward calls after the prefill
+    for (int i = 0; i < o->n_predict; ++i) {
+      const auto r = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), history);
+      generated.push_back(r.token);
+      history.push_back(r.token);
+      logprobs.push_back(r.logprob);
+      if (stop.count(r.token)) {
+        stop_reason = "stop";
+        break;
+      }
+      const std::string piece = dec.push(r.token);
+      text += piece;
+      if (!o->json) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (i + 1 == o->n_predict) break;
+      if (static_cast<int64_t>(history.size()) >= o->n_ctx) {
+        stop_reason = "context";
+        break;
+      }
+      model::SeqChunk step{0, std::span<const int32_t>(&history.back(), 1), static_cast<int32_t>(history.size() - 1),
+                           false};
+      if (auto s = m.forward(std::span<const model::SeqChunk>(&step, 1), out); !s) return fail(s.message());
+      ++n_decoded;
+    }
+    const double decode_s = t_decode.seconds();
+    const std::string tail = dec.flush();
+    text += tail;
+
+    const double prefill_tps = prefill_s > 0 ? prompt.size() / prefill_s : 0.0;
+    const double decode_tps = decode_s > 0 && n_decoded > 0 ? n_decoded / decode_s : 0.0;
+    const double ms_per_token = n_decoded > 0 ? decode_s * 1e3 / n_decoded : 0.0;
+    if (o->json) {
+      nlohmann::json j;
+      j["model"] = path;
+      j["random_weights"] = builtin || synthetic;
+      j["seed"] = o->sp.seed;
+      j["prompt_tokens"] = prompt.size();
+      j["prompt"] = prompt;
+      j["tokens"] = generated;
+      j["logprobs"] = logprobs;
+      j["text"] = text;
+      j["stop_reason"] = stop_reason;
+      j["timings"] = {{"load_s", load_s},
+                      {"prefill_s", prefill_s},
+                      {"prefill_tokens_per_s", prefill_tps},
+                      {"decode_s", decode_s},
+                      {"decode_tokens", n_decoded},
+                      {"decode_tokens_per_s", decode_tps},
+                      {"ms_per_token", ms_per_token}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::fwrite(tail.data(), 1, tail.size(), stdout);
+      std::printf("\n");
+      std::fprintf(stderr, "brass: stop: %s\nbrass: prefill %zu tokens in %.1f ms (%.1f tok/s); decode %d tokens in %.1f ms "
+                   "(%.1f tok/s, %.2f ms/token)\n",
+                   stop_reason.c_str(), prompt.size(), prefill_s * 1e3, prefill_tps, n_decoded, decode_s * 1e3,
+                   decode_tps, ms_per_token);
+    }
+    return 0;
+  };
+}
+
+}  // namespace brass::cli
