@@ -218,7 +218,7 @@ Status Writer::emit(Sink& sink, const std::function<void(int64_t, int64_t)>& pro
   std::vector<int64_t> sizes(tensors_.size());
   std::unordered_set<std::string> names;
   uint64_t data_size = 0;
-  int64_t max_bytes = 0;
+  int64_t max_bytes = 0, total_bytes = 0;  // progress reports tensor bytes, not padding
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     if (t.name.empty()) return Status::errorf("tensor #{}: empty name", i);
@@ -244,6 +244,7 @@ Status Writer::emit(Sink& sink, const std::function<void(int64_t, int64_t)>& pro
     offsets[i] = data_size;
     data_size = align_up(data_size + static_cast<uint64_t>(sizes[i]), alignment_);
     max_bytes = std::max(max_bytes, sizes[i]);
+    total_bytes += sizes[i];
   }
 
   // Header, metadata and tensor infos.
@@ -280,7 +281,7 @@ Status Writer::emit(Sink& sink, const std::function<void(int64_t, int64_t)>& pro
     const uint64_t pad = align_up(static_cast<uint64_t>(sizes[i]), alignment_) - sizes[i];
     BRASS_TRY(sink.put(zeros.data(), pad));
     done += sizes[i];
-    if (progress) progress(done, static_cast<int64_t>(data_size));
+    if (progress) progress(done, total_bytes);
   }
   if (progress && tensors_.empty()) progress(0, 0);
   return Status::ok();

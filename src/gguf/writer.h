@@ -1,6 +1,10 @@
 // GGUF v3 writer used by tests and tools (convert, synth). Metadata and tensor
 // descriptors are collected first; tensor bytes are streamed to the file one tensor
 // at a time (a full-size 20b synth never holds more than one tensor in memory).
+// Tensors are laid out in add order, each at the padded end of the previous one (the
+// exact offsets ggml requires); names are limited to 63 bytes (ggml's GGML_MAX_NAME).
+// Note: llama.cpp rejects arrays of arrays in metadata; the writer can write them
+// (GGUF allows them) but files meant for llama.cpp should not contain any.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +41,8 @@ class Writer {
                         std::vector<uint8_t> bytes);
 
   // Writes header, metadata, tensor infos, then each tensor's bytes at aligned offsets.
-  // Calls progress(done_bytes, total_bytes) after each tensor when given.
+  // Calls progress(done_bytes, total_bytes) after each tensor when given (tensor bytes,
+  // padding not counted). Writes to path + ".tmp" and renames on success.
   Status write(const std::string& path,
                const std::function<void(int64_t, int64_t)>& progress = {}) const;
   // Same bytes as write(), in memory (tests, fuzz seeds, small files).

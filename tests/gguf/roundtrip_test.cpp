@@ -138,7 +138,8 @@ TEST(GgufRoundTrip, RandomMetadataAndTensors) {
     // Through a real file and the mmap path.
     const std::string path = fmt::format("{}/gguf_rt_{}_{}.gguf", ::testing::TempDir(), r.seed, iter);
     int64_t last_done = -1, calls = 0;
-    Status s = w.write(path, [&](int64_t done, int64_t) {
+    Status s = w.write(path, [&](int64_t done, int64_t all) {
+      EXPECT_EQ(all, total);
       EXPECT_GE(done, last_done);
       last_done = done;
       ++calls;
