@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 namespace brass::gguf::testing {
 
 struct Image {
@@ -126,7 +128,7 @@ inline Image build(const Spec& s) {
 
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const auto& t = s.tensors[i];
-    const std::string p = "t" + std::to_string(i) + ".";
+    const std::string p = fmt::format("t{}.", i);
     im.mark(p + "name");
     im.str(t.name);
     im.mark(p + "n_dims");
