@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/simd_backend.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/half.h"
 #include "quant/quant.h"
@@ -82,7 +83,9 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 
 class CpuOps : public ::testing::TestWithParam<int> {
  protected:
-  std::unique_ptr<Backend> be = make_cpu_backend(GetParam());
+  // The reference level explicitly (make_cpu_backend picks the fastest SIMD level, whose
+  // int8 activations are checked by simd_matmul_test.cpp against their own bound).
+  std::unique_ptr<Backend> be = cpu::make_cpu_backend_level(GetParam(), cpu::KernelLevel::Ref);
 };
 
 TEST(ThreadPool, EveryTaskRunsOnceWithValidThreadIndex) {
@@ -450,7 +453,8 @@ INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::Values(1, 3));
 TEST(CpuOpsDeterminism, ThreadCountDoesNotChangeBits) {
   Rng rng;
   SEED_TRACE(rng);
-  auto be1 = make_cpu_backend(1), be3 = make_cpu_backend(3);
+  auto be1 = cpu::make_cpu_backend_level(1, cpu::KernelLevel::Ref),
+       be3 = cpu::make_cpu_backend_level(3, cpu::KernelLevel::Ref);
   TestWeight w = make_weight(rng, DType::MXFP4, 128, 61, 4);
   std::vector<float> x = rng.vec(19 * 128);
   std::vector<int32_t> ids(19 * 2);

@@ -13,6 +13,12 @@
 // - Softmaxes (attention with sinks, router over the top k) subtract the max first.
 // - RoPE angles are computed as float(pos) * inv_freq[j] in f32, then cos/sin in f32,
 //   as gpt_oss/torch/model.py and ggml do.
+//
+// SIMD levels (simd_kernels.h; BRASS_CPU_KERNELS=ref|avx2|avx512, default the best the
+// processor has): at avx2/avx512 the Q8_0/MXFP4 matmuls and MoE experts quantize their
+// activation rows to int8 blocks once per op and run int8 dot kernels (error bound in
+// simd_kernels.h), and f32 dots (attention scores, f32 weights) use the level's FMA
+// dot. Everything else, and the whole "ref" level, is the reference code below.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -22,6 +28,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/simd_backend.h"
+#include "backend/cpu/simd_kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/env.h"
 #include "core/half.h"
@@ -59,10 +67,15 @@ class CpuBuffer final : public Buffer {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads)
-      : pool_(n_threads > 0 ? n_threads : env::threads()), scratch_(pool_.size()) {}
+  CpuBackend(int n_threads, cpu::KernelLevel level)
+      : pool_(n_threads > 0 ? n_threads : env::threads()),
+        scratch_(pool_.size()),
+        kt_(cpu::kernel_table(level)),
+        dot_(kt_ ? kt_->dot_f32 : &dot_f32) {}
 
-  std::string name() const override { return "cpu-ref"; }
+  std::string name() const override {
+    return std::string("cpu-") + cpu::kernel_level_name(kt_ ? kt_->level : cpu::KernelLevel::Ref);
+  }
   int n_threads() const override { return pool_.size(); }
 
   bool supports_weight_type(DType t) const override { return quant::can_dequantize(t); }
@@ -102,6 +115,7 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const MatmulArgs& a) override {
+    if (use_qgemm(a.w)) return matmul_q(a);
     const int64_t n_in = a.w.ne[0], n_out = a.w.ne[1];
     const int64_t rb = a.w.row_bytes();
     const auto* base = static_cast<const uint8_t*>(a.w.data);
@@ -116,7 +130,7 @@ class CpuBackend final : public Backend {
         const float* xt = a.x + t * n_in;
         float* yt = a.y + t * n_out;
         for (int64_t r = r0; r < r1; ++r) {
-          yt[r] = dot_f32(xt, rows[r - r0], n_in) + (a.bias ? a.bias[r] : 0.0f);
+          yt[r] = dot_(xt, rows[r - r0], n_in) + (a.bias ? a.bias[r] : 0.0f);
         }
       }
     });
@@ -186,7 +200,7 @@ class CpuBackend final : public Backend {
           const float* kr = load_row(a.kv_type, s.k, slot * kv_row + g * d, d, kf);
           for (int64_t r = 0; r < n_rep; ++r) {
             const float* q = a.q + (t * a.n_head + g * n_rep + r) * d;
-            scores[r * n_keys + j] = dot_f32(q, kr, d) * a.scale;
+            scores[r * n_keys + j] = dot_(q, kr, d) * a.scale;
           }
         }
         for (int64_t r = 0; r < n_rep; ++r) {
@@ -246,6 +260,7 @@ class CpuBackend final : public Backend {
   }
 
   void moe(const MoeArgs& a) override {
+    if (use_qgemm(a.gate) && use_qgemm(a.up) && use_qgemm(a.down)) return moe_q(a);
     const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2];
     const int64_t n_slots = a.n_tok * a.k;
     // Which (token, j) slots each expert serves, in slot order (deterministic).
@@ -327,6 +342,130 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // ---- SIMD quantized paths (simd_kernels.h) ----
+  static constexpr int64_t kQRows = 32;  // weight rows per task in the quantized paths
+
+  bool use_qgemm(const WeightView& w) const {
+    return kt_ && cpu::qgemm_supports(w.type) && w.ne[0] % 32 == 0;
+  }
+
+  // Quantize n_rows rows of n floats (row stride n) for weights of type t into slot
+  // `which` (0: matmul / MoE input, 1: MoE down input); returns the per-row views.
+  const cpu::QActRow* quantize_rows(DType t, const float* x, int64_t n_rows, int64_t n, int which) {
+    QActs& q = qacts_[which];
+    const int64_t nb = n / 32;
+    q.q.resize(n_rows * n);
+    q.d.resize(n_rows * nb);
+    q.nb.resize(n_rows * nb * 8);
+    q.rows.resize(n_rows);
+    pool_.parallel_for(n_rows, [&](int64_t r, int) {
+      kt_->quantize_row(t, x + r * n, n, q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8);
+      q.rows[r] = {q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8};
+    });
+    return q.rows.data();
+  }
+
+  void matmul_q(const MatmulArgs& a) {
+    const int64_t n_in = a.w.ne[0], n_out = a.w.ne[1];
+    const cpu::QActRow* xr = quantize_rows(a.w.type, a.x, a.n_tok, n_in, 0);
+    yptr_.resize(a.n_tok);
+    for (int64_t t = 0; t < a.n_tok; ++t) yptr_[t] = a.y + t * n_out;
+    const int64_t n_row_tiles = (n_out + kQRows - 1) / kQRows;
+    const int64_t n_tok_tiles = (a.n_tok + kTokTile - 1) / kTokTile;
+    pool_.parallel_for(n_row_tiles * n_tok_tiles, [&](int64_t task, int) {
+      const int64_t r0 = (task / n_tok_tiles) * kQRows;
+      const int64_t t0 = (task % n_tok_tiles) * kTokTile, t1 = std::min(a.n_tok, t0 + kTokTile);
+      kt_->qgemm({.type = a.w.type, .w = static_cast<const uint8_t*>(a.w.data), .row_bytes = a.w.row_bytes(),
+                  .n_in = n_in, .r0 = r0, .r1 = std::min(n_out, r0 + kQRows), .x = xr + t0, .n_tok = t1 - t0,
+                  .y = yptr_.data() + t0, .bias = a.bias});
+    });
+  }
+
+  // MoE with int8 activations: the (token, j) slots are grouped by expert (slot order
+  // inside a group); each task runs one expert's gate+up (or down) rows for all its slots.
+  void moe_q(const MoeArgs& a) {
+    const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2];
+    const int64_t n_slots = a.n_tok * a.k;
+    std::vector<int64_t> start(n_expert + 1, 0);  // grouped order: expert e owns [start[e], start[e+1])
+    for (int64_t s = 0; s < n_slots; ++s) ++start[a.ids[s] + 1];
+    for (int64_t e = 0; e < n_expert; ++e) start[e + 1] += start[e];
+    std::vector<int64_t> order(n_slots), fill(start.begin(), start.end() - 1);
+    for (int64_t s = 0; s < n_slots; ++s) order[fill[a.ids[s]]++] = s;
+    std::vector<int64_t> active;
+    for (int64_t e = 0; e < n_expert; ++e)
+      if (start[e + 1] > start[e]) active.push_back(e);
+    act_.resize(n_slots * n_ff);
+    eout_.resize(n_slots * n_embd);
+    gbuf_.resize(n_slots * n_ff);
+    ubuf_.resize(n_slots * n_ff);
+
+    // Phase 1: gate and up for every slot, SwiGLU into act_ (slot-major).
+    const cpu::QActRow* xq = quantize_rows(a.gate.type, a.x, a.n_tok, n_embd, 0);
+    std::vector<cpu::QActRow> xr(n_slots);
+    std::vector<float*> gp(n_slots), up(n_slots), dp(n_slots);
+    for (int64_t i = 0; i < n_slots; ++i) {
+      const int64_t s = order[i];
+      xr[i] = xq[s / a.k];
+      gp[i] = gbuf_.data() + s * n_ff;
+      up[i] = ubuf_.data() + s * n_ff;
+      dp[i] = eout_.data() + s * n_embd;
+    }
+    const auto* gbase = static_cast<const uint8_t*>(a.gate.data);
+    const auto* ubase = static_cast<const uint8_t*>(a.up.data);
+    const auto* dbase = static_cast<const uint8_t*>(a.down.data);
+    const int64_t ff_tiles = (n_ff + kQRows - 1) / kQRows;
+    pool_.parallel_for(static_cast<int64_t>(active.size()) * ff_tiles, [&](int64_t task, int) {
+      const int64_t e = active[task / ff_tiles];
+      const int64_t r0 = (task % ff_tiles) * kQRows, r1 = std::min(n_ff, r0 + kQRows);
+      const int64_t i0 = start[e], n = start[e + 1] - start[e];
+      for (int64_t t0 = 0; t0 < n; t0 += kTokTile) {
+        const int64_t nt = std::min(kTokTile, n - t0);
+        kt_->qgemm({.type = a.gate.type, .w = gbase + e * a.gate.matrix_bytes(), .row_bytes = a.gate.row_bytes(),
+                    .n_in = n_embd, .r0 = r0, .r1 = r1, .x = xr.data() + i0 + t0, .n_tok = nt,
+                    .y = gp.data() + i0 + t0, .bias = a.gate_bias ? a.gate_bias + e * n_ff : nullptr});
+        kt_->qgemm({.type = a.up.type, .w = ubase + e * a.up.matrix_bytes(), .row_bytes = a.up.row_bytes(),
+                    .n_in = n_embd, .r0 = r0, .r1 = r1, .x = xr.data() + i0 + t0, .n_tok = nt,
+                    .y = up.data() + i0 + t0, .bias = a.up_bias ? a.up_bias + e * n_ff : nullptr});
+      }
+      for (int64_t i = i0; i < i0 + n; ++i) {
+        const int64_t s = order[i];
+        float* act = act_.data() + s * n_ff;
+        for (int64_t r = r0; r < r1; ++r) {
+          const float g = std::min(gp[i][r], a.limit);
+          const float u = std::clamp(up[i][r], -a.limit, a.limit);
+          act[r] = g / (1.0f + std::exp(-a.alpha * g)) * (u + 1.0f);
+        }
+      }
+    });
+
+    // Phase 2: down rows of each active expert into eout_.
+    const cpu::QActRow* aq = quantize_rows(a.down.type, act_.data(), n_slots, n_ff, 1);
+    for (int64_t i = 0; i < n_slots; ++i) xr[i] = aq[order[i]];
+    const int64_t embd_tiles = (n_embd + kQRows - 1) / kQRows;
+    pool_.parallel_for(static_cast<int64_t>(active.size()) * embd_tiles, [&](int64_t task, int) {
+      const int64_t e = active[task / embd_tiles];
+      const int64_t r0 = (task % embd_tiles) * kQRows, r1 = std::min(n_embd, r0 + kQRows);
+      const int64_t i0 = start[e], n = start[e + 1] - start[e];
+      for (int64_t t0 = 0; t0 < n; t0 += kTokTile) {
+        kt_->qgemm({.type = a.down.type, .w = dbase + e * a.down.matrix_bytes(), .row_bytes = a.down.row_bytes(),
+                    .n_in = n_ff, .r0 = r0, .r1 = r1, .x = xr.data() + i0 + t0,
+                    .n_tok = std::min(kTokTile, n - t0), .y = dp.data() + i0 + t0,
+                    .bias = a.down_bias ? a.down_bias + e * n_embd : nullptr});
+      }
+    });
+
+    // Phase 3: weighted sum over the k experts of each token, in j order.
+    pool_.parallel_for(a.n_tok, [&](int64_t t, int) {
+      float* o = a.out + t * n_embd;
+      std::fill(o, o + n_embd, 0.0f);
+      for (int64_t j = 0; j < a.k; ++j) {
+        const float w = a.weights[t * a.k + j];
+        const float* eo = eout_.data() + (t * a.k + j) * n_embd;
+        for (int64_t i = 0; i < n_embd; ++i) o[i] += w * eo[i];
+      }
+    });
+  }
+
   // Per-thread scratch slot `which` (0..2) of at least n floats.
   float* scratch(int ti, int which, int64_t n) {
     auto& v = scratch_[ti][which];
@@ -357,15 +496,31 @@ class CpuBackend final : public Backend {
     return tmp;
   }
 
+  struct QActs {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int32_t> nb;
+    std::vector<cpu::QActRow> rows;
+  };
+
   cpu::ThreadPool pool_;
   std::vector<std::array<std::vector<float>, 3>> scratch_;
   std::vector<float> act_, eout_;
+  const cpu::KernelTable* kt_;                        // null at the ref level
+  float (*dot_)(const float*, const float*, int64_t);  // f32 dot of the level
+  QActs qacts_[2];
+  std::vector<float*> yptr_;
+  std::vector<float> gbuf_, ubuf_;  // (n_slots, n_ff) gate / up outputs
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<CpuBackend>(n_threads);
+  return std::make_unique<CpuBackend>(n_threads, cpu::selected_kernel_level());
+}
+
+std::unique_ptr<Backend> cpu::make_cpu_backend_level(int n_threads, cpu::KernelLevel level) {
+  return std::make_unique<CpuBackend>(n_threads, level);
 }
 
 }  // namespace brass::backend
