@@ -9,6 +9,8 @@
 // - truncation for prefix reuse reproduces the original logits; bad input is refused.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <random>
 
 #include "gguf/reader.h"
@@ -146,6 +148,16 @@ TEST(Model, ChunkedRoundsAndRingWrapEqualOneRound) {
 }
 
 TEST(Model, F16CacheIsCloseToF32) {
+  // Reference kernels: the fast CPU kernels' int8 activation rounding would amplify the
+  // f16 perturbation this test bounds (restored on exit).
+  const char* prev = std::getenv("BRASS_CPU_KERNELS");
+  const std::string saved = prev ? prev : "";
+  setenv("BRASS_CPU_KERNELS", "ref", 1);
+  struct Restore {
+    bool had;
+    std::string v;
+    ~Restore() { had ? setenv("BRASS_CPU_KERNELS", v.c_str(), 1) : unsetenv("BRASS_CPU_KERNELS"); }
+  } restore{prev != nullptr, saved};
   Fixture f;
   FIX_TRACE(f);
   ModelOptions h;

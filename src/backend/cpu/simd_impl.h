@@ -19,10 +19,6 @@ namespace BRASS_SIMD_NS {
 
 using i64 = int64_t;
 
-#ifndef BRASS_SIMD_PREFETCH
-#define BRASS_SIMD_PREFETCH 0
-#endif
-
 constexpr int kQK = 32;
 constexpr int kMaxR = 4;
 constexpr int kMaxT = BRASS_SIMD_VNNI ? 4 : 2;  // AVX2 has 16 vector registers
@@ -176,11 +172,16 @@ void tile(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, floa
   for (i64 b = 0; b < nblk; ++b) {
     __m256i wv[R];
     __m256 ws[R];
+    // The next R rows (contiguous after these) stream in while this tile computes: R
+    // rows of ~24-48 cache lines are too short for the hardware stream prefetchers,
+    // and the decode mat-vec stalled on DRAM without this. Prefetching past the
+    // matrix end is harmless (prefetches do not fault).
+    {
+      const char* pf = reinterpret_cast<const char*>(w + R * rb + b * R * F::kBlockBytes);
+      for (i64 o = 0; o < R * F::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+    }
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * rb + b * F::kBlockBytes;
-#if BRASS_SIMD_PREFETCH
-      _mm_prefetch(reinterpret_cast<const char*>(p) + BRASS_SIMD_PREFETCH, _MM_HINT_T0);
-#endif
       wv[i] = f.decode(p);
       if constexpr (F::kBlockBytes == 17)
         ws[i] = _mm256_broadcast_ss(F::scale_ptr(p));
