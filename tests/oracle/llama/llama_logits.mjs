@@ -5,6 +5,8 @@
 // n_prompt, n_vocab} and OUT_PREFIX.f32: float32 logits (n_positions, n_vocab) where
 // row i is llama.cpp's raw logits after token i. brass then evaluates the same
 // sequence and must produce the same argmax at every position and close logits.
+// The KV cache is F32 and flash attention off, so only the weights' and llama.cpp's
+// own activation rounding (8-bit activations for quantized weights) remain.
 import fs from "node:fs";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
@@ -19,8 +21,11 @@ const threads = Number(threadsArg || 2);
 
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath, gpuLayers: 0});
-const nVocab = model.fileInsights?.tensorInfo ? undefined : undefined;
-const context = await model.createContext({contextSize: 512, batchSize: 512, threads, flashAttention: false});
+// f32 KV cache (llama.cpp defaults to f16) so an all-F32 model can be compared tightly.
+const context = await model.createContext({
+  contextSize: 512, batchSize: 512, threads, flashAttention: false,
+  experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+});
 const sequence = context.getSequence();
 
 const rows = [];
