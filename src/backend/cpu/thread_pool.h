@@ -37,9 +37,11 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  uint64_t generation_ = 0;
-  int active_ = 0;  // workers still running the current generation
+  uint64_t generation_ = 0;          // guarded by mu_ (condition-variable predicate)
+  std::atomic<uint64_t> gen_{0};     // the same, read by spinning threads
+  std::atomic<int> active_{0};       // workers still running the current generation
   bool stop_ = false;
+  std::atomic<bool> stop_flag_{false};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t n_tasks_ = 0;
   std::atomic<int64_t> next_{0};
