@@ -21,7 +21,9 @@ bool spin_until(Pred pred) {
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (pred()) return true;
+#if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
+#endif
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > kSpinSeconds) return pred();
   }
