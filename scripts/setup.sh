@@ -7,11 +7,15 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libpcre2-dev libcpp-httplib-dev unicode-data nodejs npm)
+      libpcre2-dev libcpp-httplib-dev unicode-data)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# node/npm: any install will do (some images ship NodeSource's nodejs, which bundles
+# npm and conflicts with Debian's npm package); Debian's when there is none.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -23,6 +27,10 @@ fi
 # from here). package-lock.json pins every version.
 if [ ! -f node_modules/.brass-stamp ] || [ package-lock.json -nt node_modules/.brass-stamp ]; then
   echo "setup: installing npm test oracles"
-  npm ci --omit=optional --no-audit --no-fund --ignore-scripts >/dev/null
+  # --omit=optional skips node-llama-cpp's GPU/other-OS binaries; the CPU build for
+  # linux-x64 is a direct dependency. npm ci needs the lock in sync with package.json;
+  # npm install (which also honours the lock's versions) is the fallback.
+  npm ci --omit=optional --no-audit --no-fund --ignore-scripts >/dev/null 2>&1 ||
+    npm install --omit=optional --no-audit --no-fund --ignore-scripts >/dev/null
   touch node_modules/.brass-stamp
 fi
