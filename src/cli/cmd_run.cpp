@@ -2,7 +2,8 @@
 // the sampler, streaming text as it is generated; ends with prefill tok/s, decode tok/s
 // and ms/token (stderr), or one JSON object with --json (stdout). Without -m it runs the
 // built-in tiny model, whose weights are RANDOM (it exercises the engine, it does not
-// produce meaningful text).
+// produce meaningful text). `brass run --chat` is the interactive Harmony chat
+// (cmd_chat.cpp); its options are parsed here.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -51,6 +52,8 @@ Runner add_run(CLI::App& app) {
     bool json = false, yarn_rounded = false;
     int threads = 0;
     int64_t n_ctx = 4096;
+    bool chat = false, show_prompt = false;
+    std::string reasoning = "medium", system, date, drop_rule = "harmony";
   };
   auto o = std::make_shared<Opts>();
   o->sp.temperature = 1.0f;
@@ -72,13 +75,50 @@ Runner add_run(CLI::App& app) {
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("-c,--ctx", o->n_ctx, "context size per sequence")->capture_default_str();
   app.add_flag("--yarn-rounded", o->yarn_rounded, "llama.cpp's rounded YaRN ramp (bit-parity with llama.cpp)");
+  auto* chat = app.add_flag("--chat", o->chat,
+                            "interactive Harmony chat: each stdin line is a user turn (/exit, /reset; EOF ends)");
+  app.add_option("--reasoning", o->reasoning, "chat: reasoning effort low|medium|high")
+      ->check(CLI::IsMember({"low", "medium", "high"}))->needs(chat)->capture_default_str();
+  app.add_option("--system", o->system, "chat: instructions (rendered as the developer message's # Instructions)")
+      ->needs(chat);
+  app.add_option("--date", o->date, "chat: conversation start date in the system message (default: today; '' for none)")
+      ->needs(chat);
+  app.add_option("--drop-rule", o->drop_rule, "chat: which earlier analysis the prompt drops: harmony|last_final")
+      ->check(CLI::IsMember({"harmony", "last_final", "last-final"}))->needs(chat)->capture_default_str();
+  app.add_flag("--show-prompt", o->show_prompt, "chat: print each rendered prompt (text, ids) and the answer ids to stderr")->needs(chat);
   app.footer("Without -m, brass runs its built-in tiny gpt-oss model. Its weights are RANDOM: the output is\n"
-             "gibberish by design; it exists to exercise and time the engine.");
+             "gibberish by design; it exists to exercise and time the engine.\n\n"
+             "--chat: renders the conversation with Harmony each turn, reuses the KV cache for the unchanged\n"
+             "prompt prefix, streams the answer (reasoning dimmed on a terminal, \"[reasoning] \" prefixed\n"
+             "otherwise; the final channel plain) and prints one stats line per answer to stderr. -n (default\n"
+             "256 in chat) caps each answer.");
   return [o, &app]() -> int {
     const bool builtin = o->model.empty();
     const std::string path = builtin ? builtin_model_path() : o->model;
     if (app.count("--seed") == 0) o->sp.seed = std::random_device{}();
     if (o->n_predict < 0) return fail("-n must be >= 0");
+    if (o->chat) {
+      if (!o->prompt.empty() || !o->tokens.empty() || o->json) {
+        return fail("--chat reads the conversation from stdin: -p, --tokens and --json do not apply");
+      }
+      ChatOptions c;
+      c.model = o->model;
+      c.n_predict = app.count("-n") ? o->n_predict : 256;
+      c.sampler = o->sp;
+      c.threads = o->threads;
+      c.n_ctx = o->n_ctx;
+      c.yarn_rounded = o->yarn_rounded;
+      c.reasoning = o->reasoning == "low"    ? harmony::ReasoningEffort::kLow
+                    : o->reasoning == "high" ? harmony::ReasoningEffort::kHigh
+                                             : harmony::ReasoningEffort::kMedium;
+      if (app.count("--system")) c.instructions = o->system;
+      if (app.count("--date")) c.date = o->date;
+      auto rule = parse_drop_rule(o->drop_rule);
+      if (!rule) return fail(rule.status().message());
+      c.drop_rule = *rule;
+      c.show_prompt = o->show_prompt;
+      return run_chat(c);
+    }
     if (o->prompt.empty() && o->tokens.empty()) return fail("give a prompt with -p TEXT or --tokens IDS");
 
     auto reader = gguf::Reader::open(path);

@@ -2,9 +2,16 @@
 // function that runs it (exit code 0 on success, 1 on any error with a clear message).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "core/status.h"
+#include "harmony/render.h"
+#include "runtime/sampler.h"
 
 namespace brass::cli {
 
@@ -16,6 +23,26 @@ Runner add_synth(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
+Runner add_render(CLI::App& app);  // cmd_render.cpp
+
+// `brass run --chat` (cmd_chat.cpp); cmd_run.cpp parses the options.
+struct ChatOptions {
+  std::string model;                  // empty: the built-in model
+  int n_predict = 256;                // max tokens per answer
+  runtime::SamplerParams sampler;
+  int threads = 0;
+  int64_t n_ctx = 4096;
+  bool yarn_rounded = false;
+  harmony::ReasoningEffort reasoning = harmony::ReasoningEffort::kMedium;
+  std::optional<std::string> instructions;  // --system: the developer message's instructions
+  std::optional<std::string> date;          // conversation start date; nullopt: today
+  harmony::AnalysisDropRule drop_rule = harmony::AnalysisDropRule::kHarmony;
+  bool show_prompt = false;                 // print each rendered prompt to stderr
+};
+int run_chat(const ChatOptions& options);
+
+// "harmony" | "last_final" (also "last-final").
+Result<harmony::AnalysisDropRule> parse_drop_rule(const std::string& name);
 
 // Built-in model path: $BRASS_BUILTIN_MODEL, else the file generated at build time.
 std::string builtin_model_path();

@@ -16,12 +16,14 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     runners[name] = fn(*sub);
   };
-  add("run", "generate text from a prompt (no -m: the built-in tiny model with RANDOM weights)", add_run);
+  add("run", "generate text from a prompt, or chat with --chat (no -m: the built-in tiny model with RANDOM weights)",
+      add_run);
   add("inspect", "print a GGUF file's metadata, tensor table and model summary", add_inspect);
   add("synth", "write a gpt-oss GGUF with random weights (20b, 120b or tiny)", add_synth);
   add("convert", "convert a Hugging Face gpt-oss checkpoint directory to GGUF", add_convert);
   add("tokenize", "print the token ids of a text", add_tokenize);
   add("detokenize", "print the text of token ids", add_detokenize);
+  add("render", "render a JSON conversation as a Harmony prompt: text and token ids", add_render);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
