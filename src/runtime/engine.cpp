@@ -1,0 +1,676 @@
+// Engine implementation: the request/handle plumbing between threads, and the engine
+// thread's loop (cancellations -> admissions -> one planned forward step -> sampling ->
+// finished sequences into the prefix cache). Everything below "engine thread only"
+// is touched by that thread alone; the waiting queue, commands and the idle flag live
+// under Shared::mu; each request's event queue under its own mutex; metrics under
+// metrics_mu.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/log.h"
+#include "model/model.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/scheduler.h"
+
+namespace brass::runtime {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// What the engine thread and the handles share (kept alive by both).
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv;  // wakes the engine thread
+  bool wake = false;
+};
+
+struct ReqState {
+  uint64_t id = 0;
+  Request req;
+  std::shared_ptr<Shared> shared;
+  Clock::time_point t_submit;
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> finished{false};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;
+
+  // Engine thread only.
+  int32_t admitted = 0;  // completions that were given a sequence (or finished unadmitted)
+  int32_t open = 0;      // admitted completions not finished yet
+  int32_t with_tokens = 0;
+  bool scheduled = false, any_token = false;
+  Clock::time_point t_first_sched, t_first_token, t_last_token;
+  Usage usage;
+
+  void emit(Event ev) {
+    if (req.on_event) {
+      req.on_event(ev);
+      return;
+    }
+    {
+      std::lock_guard lk(mu);
+      events.push_back(std::move(ev));
+    }
+    cv.notify_all();
+  }
+};
+
+class Handle final : public RequestHandle {
+ public:
+  explicit Handle(std::shared_ptr<ReqState> st) : st_(std::move(st)) {}
+  uint64_t id() const override { return st_->id; }
+  bool next(Event& ev, std::chrono::milliseconds timeout) override {
+    if (st_->req.on_event) return false;
+    std::unique_lock lk(st_->mu);
+    if (!st_->cv.wait_for(lk, timeout, [&] { return !st_->events.empty(); })) return false;
+    ev = std::move(st_->events.front());
+    st_->events.pop_front();
+    return true;
+  }
+  void cancel() override {
+    if (st_->cancelled.exchange(true)) return;
+    {
+      std::lock_guard lk(st_->shared->mu);
+      st_->shared->wake = true;
+    }
+    st_->shared->cv.notify_all();
+  }
+  bool finished() const override { return st_->finished.load(); }
+
+ private:
+  std::shared_ptr<ReqState> st_;
+};
+
+// One completion being generated: a model sequence.
+struct Seq {
+  int32_t seq_id = 0;
+  std::shared_ptr<ReqState> req;
+  int32_t index = 0;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t n_prompt = 0;
+  int64_t computed = 0;         // == the model sequence's length
+  int64_t n_generated = 0;
+  Sampler sampler;
+  std::unique_ptr<LogitConstraint> constraint;
+  Clock::time_point t_last;
+  bool done = false;
+  bool keep = false;            // on removal: move the KV into the prefix cache
+
+  explicit Seq(const SamplerParams& p) : sampler(p) {}
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  Impl(std::unique_ptr<model::Model> m, const EngineOptions& o) : model(std::move(m)), opt(o) {
+    const int64_t kv_max = model->kv_cache().n_ctx_max();
+    n_ctx = opt.n_ctx > 0 ? std::min(opt.n_ctx, kv_max) : kv_max;
+    opt.n_ctx = n_ctx;
+    opt.parallel = std::max(opt.parallel, 1);
+    opt.max_queue = std::max(opt.max_queue, 0);
+    // Every running sequence must be able to decode each step: the budget covers them.
+    opt.step_tokens = std::max<int64_t>(opt.step_tokens, opt.parallel);
+    n_vocab = model->config().n_vocab;
+    shared = std::make_shared<Shared>();
+    thread = std::thread([this] { run(); });
+  }
+  ~Impl() {
+    {
+      std::lock_guard lk(shared->mu);
+      stop = true;
+    }
+    shared->cv.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+
+  Submitted submit(Request r);
+  MetricsSnapshot snapshot() const;
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(shared->mu);
+    return idle_cv.wait_for(lk, timeout, [&] { return idle && waiting.empty(); });
+  }
+  void command(std::function<void()> fn) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    {
+      std::lock_guard lk(shared->mu);
+      if (stop) return;
+      commands.push_back([fn = std::move(fn), done] {
+        fn();
+        done->set_value();
+      });
+    }
+    shared->cv.notify_all();
+    fut.wait();
+  }
+  void clear_cache() {
+    for (int32_t id : cache.evict(0, 0)) remove_model_seq(id);
+    update_kv_metrics();
+  }
+
+  std::unique_ptr<model::Model> model;
+  EngineOptions opt;
+  int64_t n_ctx = 0, n_vocab = 0;
+  std::shared_ptr<Shared> shared;
+
+  // Under shared->mu.
+  std::deque<std::shared_ptr<ReqState>> waiting;
+  std::vector<std::function<void()>> commands;
+  bool stop = false, idle = true;
+  std::condition_variable idle_cv;
+  uint64_t next_request_id = 1;
+
+  mutable std::mutex metrics_mu;
+  MetricsSnapshot metrics;
+
+ private:
+  void run();
+  void process_cancellations();
+  void admit();
+  void start_sequence(const std::shared_ptr<ReqState>& r, int32_t index);
+  void step();
+  void sample(Seq& s, const float* row);
+  void finish(Seq& s, FinishReason why, int32_t token, const std::string& err);
+  void finish_completion(ReqState& r, int32_t index, FinishReason why, int32_t token, const std::string& err);
+  void maybe_done(ReqState& r);
+  void retire_done_sequences();
+  void remove_model_seq(int32_t id);
+  void update_kv_metrics();
+  void update_running_metrics();
+  bool can_truncate(int64_t length, int64_t n) const;
+  int32_t alloc_seq_id();
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Seq>> running;         // admission order = priority
+  std::deque<std::shared_ptr<ReqState>> admitting;   // requests with completions still to admit
+  PrefixCache cache;
+  int32_t next_seq_id = 0;
+  model::ForwardOutput out;
+  std::vector<float> masked;  // (n_vocab) logits row handed to a LogitConstraint
+  std::thread thread;
+};
+
+Submitted Engine::Impl::submit(Request r) {
+  Submitted res;
+  auto invalid = [&](std::string msg) {
+    res.code = SubmitCode::kInvalid;
+    res.message = std::move(msg);
+    return res;
+  };
+  if (r.prompt.empty()) return invalid("the prompt is empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
+      return invalid(fmt::format("prompt token {} is {}: expected an id in [0, {})", i, r.prompt[i], n_vocab));
+  if (static_cast<int64_t>(r.prompt.size()) >= n_ctx)
+    return invalid(fmt::format("the prompt has {} tokens: the context of {} leaves no room to generate",
+                               r.prompt.size(), n_ctx));
+  if (r.n < 1 || r.n > 128) return invalid(fmt::format("n is {}: expected 1..128", r.n));
+  if (r.max_tokens == 0 || r.max_tokens < -1)
+    return invalid(fmt::format("max_tokens is {}: expected >= 1 (or -1: until the context is full)", r.max_tokens));
+  if (r.sampling.n_logprobs < 0 || r.sampling.n_logprobs > n_vocab)
+    return invalid(fmt::format("n_logprobs is {}: expected 0..{}", r.sampling.n_logprobs, n_vocab));
+  for (int32_t t : r.stop_tokens)
+    if (t < 0 || t >= n_vocab) return invalid(fmt::format("stop token {}: expected an id in [0, {})", t, n_vocab));
+
+  auto st = std::make_shared<ReqState>();
+  st->shared = shared;
+  st->t_submit = Clock::now();
+  const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size()) * r.n;
+  st->usage.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  st->req = std::move(r);
+  {
+    std::lock_guard lk(shared->mu);
+    if (stop) {
+      res.code = SubmitCode::kShutdown;
+      res.message = "the engine is shutting down";
+      return res;
+    }
+    if (static_cast<int64_t>(waiting.size()) >= opt.max_queue) {
+      res.code = SubmitCode::kQueueFull;
+      res.message = fmt::format("the queue is full ({} requests waiting)", waiting.size());
+      std::lock_guard ml(metrics_mu);
+      ++metrics.requests_rejected_total;
+      return res;
+    }
+    st->id = next_request_id++;
+    waiting.push_back(st);
+    idle = false;
+    shared->wake = true;
+  }
+  {
+    std::lock_guard ml(metrics_mu);
+    ++metrics.requests_total;
+    metrics.prompt_tokens_total += static_cast<uint64_t>(prompt_tokens);
+  }
+  shared->cv.notify_all();
+  res.handle = std::make_shared<Handle>(std::move(st));
+  return res;
+}
+
+MetricsSnapshot Engine::Impl::snapshot() const {
+  MetricsSnapshot m;
+  {
+    std::lock_guard ml(metrics_mu);
+    m = metrics;
+  }
+  std::lock_guard lk(shared->mu);
+  m.requests_waiting = static_cast<int64_t>(waiting.size());
+  return m;
+}
+
+void Engine::Impl::run() {
+  for (;;) {
+    std::vector<std::function<void()>> cmds;
+    {
+      std::unique_lock lk(shared->mu);
+      if (running.empty() && admitting.empty() && waiting.empty()) {
+        idle = true;
+        idle_cv.notify_all();
+      }
+      shared->cv.wait(lk, [&] {
+        return stop || shared->wake || !commands.empty() || !running.empty() || !admitting.empty() ||
+               !waiting.empty();
+      });
+      shared->wake = false;
+      if (stop) break;
+      cmds.swap(commands);
+      if (!waiting.empty()) idle = false;
+    }
+    for (auto& c : cmds) c();
+    process_cancellations();
+    admit();
+    if (!running.empty()) step();
+    retire_done_sequences();
+    update_running_metrics();
+  }
+  // Shutdown: everything still waiting or running is cancelled.
+  std::deque<std::shared_ptr<ReqState>> rest;
+  {
+    std::lock_guard lk(shared->mu);
+    rest.swap(waiting);
+    for (auto& c : commands) c();
+    commands.clear();
+  }
+  for (auto& s : running)
+    if (!s->done) finish(*s, FinishReason::kCancelled, -1, {});
+  retire_done_sequences();
+  for (auto& r : admitting) rest.push_back(r);
+  admitting.clear();
+  for (auto& r : rest)
+    while (r->admitted < r->req.n) finish_completion(*r, r->admitted++, FinishReason::kCancelled, -1, {});
+  clear_cache();
+  update_running_metrics();
+  std::lock_guard lk(shared->mu);
+  idle = true;
+  idle_cv.notify_all();
+}
+
+void Engine::Impl::process_cancellations() {
+  std::vector<std::shared_ptr<ReqState>> dropped;
+  {
+    std::lock_guard lk(shared->mu);
+    for (auto it = waiting.begin(); it != waiting.end();)
+      if ((*it)->cancelled) {
+        dropped.push_back(*it);
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto it = admitting.begin(); it != admitting.end();)
+    if ((*it)->cancelled) {
+      dropped.push_back(*it);
+      it = admitting.erase(it);
+    } else {
+      ++it;
+    }
+  for (auto& s : running)
+    if (!s->done && s->req->cancelled) finish(*s, FinishReason::kCancelled, -1, {});
+  for (auto& r : dropped)
+    while (r->admitted < r->req.n) finish_completion(*r, r->admitted++, FinishReason::kCancelled, -1, {});
+  retire_done_sequences();
+}
+
+void Engine::Impl::admit() {
+  while (static_cast<int32_t>(running.size()) < opt.parallel) {
+    std::shared_ptr<ReqState> r;
+    if (!admitting.empty()) {
+      r = admitting.front();
+    } else {
+      std::lock_guard lk(shared->mu);
+      if (waiting.empty()) break;
+      r = waiting.front();
+      waiting.pop_front();
+      admitting.push_back(r);
+    }
+    const int32_t index = r->admitted++;
+    start_sequence(r, index);
+    if (r->admitted >= r->req.n) admitting.pop_front();
+  }
+  update_kv_metrics();
+}
+
+bool Engine::Impl::can_truncate(int64_t length, int64_t n) const {
+  // Mirrors KvCache::truncate: the ring of a sliding layer holds positions
+  // [length - ring_capacity, length); the next query at n needs [n - n_swa + 1, n).
+  const int64_t ring = model->kv_cache().ring_capacity();
+  const int64_t n_swa = model->config().n_swa;
+  return n == 0 || std::max<int64_t>(0, n - n_swa + 1) >= std::max<int64_t>(0, length - ring);
+}
+
+int32_t Engine::Impl::alloc_seq_id() {
+  for (;;) {
+    const int32_t id = next_seq_id;
+    next_seq_id = next_seq_id == INT32_MAX ? 0 : next_seq_id + 1;
+    if (!model->kv_cache().has_sequence(id)) return id;
+  }
+}
+
+void Engine::Impl::remove_model_seq(int32_t id) {
+  Status st = model->remove_sequence(id);
+  if (!st) BRASS_LOG_WARN("engine: {}", st.message());
+}
+
+void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t index) {
+  SamplerParams sp = r->req.sampling;
+  sp.seed += static_cast<uint64_t>(index);
+  auto s = std::make_unique<Seq>(sp);
+  s->req = r;
+  s->index = index;
+  s->tokens = r->req.prompt;
+  s->n_prompt = static_cast<int64_t>(s->tokens.size());
+  ++r->open;
+
+  int64_t reuse = 0;
+  bool have_seq = false;
+  if (opt.prefix_cache_seqs > 0) {
+    auto m = cache.match(s->tokens, [&](int64_t len, int64_t n) { return can_truncate(len, n); });
+    if (m) {
+      cache.take(m->seq_id);
+      Status st = m->reuse < m->length ? model->truncate_sequence(m->seq_id, m->reuse) : Status::ok();
+      if (st) {
+        s->seq_id = m->seq_id;
+        reuse = m->reuse;
+        have_seq = true;
+      } else {
+        BRASS_LOG_WARN("engine: prefix reuse refused: {}", st.message());
+        remove_model_seq(m->seq_id);
+      }
+    }
+  }
+  if (!have_seq) {
+    s->seq_id = alloc_seq_id();
+    Status st = model->add_sequence(s->seq_id);
+    if (!st) {
+      s->done = true;
+      finish_completion(*r, index, FinishReason::kError, -1, st.message());
+      return;
+    }
+  }
+  s->computed = reuse;
+  if (index == 0) r->usage.cached_prompt_tokens = reuse;
+  {
+    std::lock_guard ml(metrics_mu);
+    if (reuse > 0) {
+      ++metrics.prefix_cache_hits_total;
+      metrics.prefix_cache_reused_tokens_total += static_cast<uint64_t>(reuse);
+    } else {
+      ++metrics.prefix_cache_misses_total;
+    }
+  }
+  if (r->req.constraint) s->constraint = r->req.constraint(index);
+  running.push_back(std::move(s));
+}
+
+void Engine::Impl::step() {
+  std::vector<SchedSeq> ss;
+  ss.reserve(running.size());
+  for (auto& s : running)
+    ss.push_back({s->done ? 0 : static_cast<int64_t>(s->tokens.size()), s->done ? 0 : s->computed});
+  const std::vector<SchedChunk> plan = plan_step(ss, opt.step_tokens);
+  if (plan.empty()) return;
+  std::vector<model::SeqChunk> batch;
+  batch.reserve(plan.size());
+  const auto now = Clock::now();
+  int64_t n_tok = 0;
+  for (const SchedChunk& c : plan) {
+    Seq& s = *running[c.index];
+    batch.push_back({s.seq_id, std::span<const int32_t>(s.tokens).subspan(s.computed, c.n_tokens),
+                     static_cast<int32_t>(s.computed), false});
+    if (!s.req->scheduled) {
+      s.req->scheduled = true;
+      s.req->t_first_sched = now;
+    }
+    n_tok += c.n_tokens;
+  }
+  Status st = model->forward(batch, out);
+  {
+    std::lock_guard ml(metrics_mu);
+    ++metrics.steps_total;
+    metrics.step_tokens_total += static_cast<uint64_t>(n_tok);
+    metrics.seqs_per_step.observe(static_cast<double>(plan.size()));
+    metrics.last_step_seqs = static_cast<int64_t>(plan.size());
+    metrics.max_step_seqs = std::max<int64_t>(metrics.max_step_seqs, metrics.last_step_seqs);
+  }
+  if (!st) {
+    BRASS_LOG_WARN("engine: forward failed: {}", st.message());
+    for (const SchedChunk& c : plan) finish(*running[c.index], FinishReason::kError, -1, st.message());
+    return;
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Seq& s = *running[plan[i].index];
+    const int64_t prompt_part = std::max<int64_t>(0, std::min(s.n_prompt, s.computed + plan[i].n_tokens) - s.computed);
+    s.computed += plan[i].n_tokens;
+    if (prompt_part > 0) {
+      s.req->usage.prompt_tokens_computed += prompt_part;
+      std::lock_guard ml(metrics_mu);
+      metrics.prompt_tokens_computed_total += static_cast<uint64_t>(prompt_part);
+    }
+    if (plan[i].completes && !s.req->cancelled) sample(s, out.row(i));
+  }
+}
+
+void Engine::Impl::sample(Seq& s, const float* row) {
+  std::span<const float> logits(row, static_cast<size_t>(n_vocab));
+  if (s.constraint) {
+    masked.assign(row, row + n_vocab);
+    Status st = s.constraint->apply(std::span<const int32_t>(s.tokens).subspan(s.n_prompt), masked);
+    if (!st) {
+      finish(s, FinishReason::kError, -1, st.message());
+      return;
+    }
+    logits = masked;
+  }
+  SampleResult r = s.sampler.sample(logits, s.tokens);
+  const auto now = Clock::now();
+  ReqState& q = *s.req;
+  s.tokens.push_back(r.token);
+  ++s.n_generated;
+  ++q.usage.completion_tokens;
+  {
+    std::lock_guard ml(metrics_mu);
+    ++metrics.generation_tokens_total;
+    if (!q.any_token) metrics.ttft_seconds.observe(std::chrono::duration<double>(now - q.t_submit).count());
+    if (s.n_generated > 1) metrics.inter_token_seconds.observe(std::chrono::duration<double>(now - s.t_last).count());
+  }
+  if (!q.any_token) {
+    q.any_token = true;
+    q.t_first_token = now;
+  }
+  if (s.n_generated == 1) ++q.with_tokens;
+  q.t_last_token = now;
+  s.t_last = now;
+
+  const auto& stops = q.req.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
+    finish(s, FinishReason::kStop, r.token, {});
+    return;
+  }
+  Event ev;
+  ev.kind = Event::Kind::kToken;
+  ev.index = s.index;
+  ev.token = r.token;
+  ev.logprob = r.logprob;
+  ev.top = std::move(r.top);
+  q.emit(std::move(ev));
+  if ((q.req.max_tokens > 0 && s.n_generated >= q.req.max_tokens) ||
+      static_cast<int64_t>(s.tokens.size()) >= n_ctx)
+    finish(s, FinishReason::kLength, -1, {});
+}
+
+void Engine::Impl::finish(Seq& s, FinishReason why, int32_t token, const std::string& err) {
+  if (s.done) return;
+  s.done = true;
+  s.keep = (why == FinishReason::kStop || why == FinishReason::kLength) && opt.prefix_cache_seqs > 0;
+  finish_completion(*s.req, s.index, why, token, err);
+}
+
+void Engine::Impl::finish_completion(ReqState& r, int32_t index, FinishReason why, int32_t token,
+                                     const std::string& err) {
+  Event ev;
+  ev.kind = Event::Kind::kFinish;
+  ev.index = index;
+  ev.finish = why;
+  ev.token = why == FinishReason::kStop ? token : -1;
+  ev.error = err;
+  r.emit(std::move(ev));
+  {
+    std::lock_guard ml(metrics_mu);
+    switch (why) {
+      case FinishReason::kStop: ++metrics.finish_stop_total; break;
+      case FinishReason::kLength: ++metrics.finish_length_total; break;
+      case FinishReason::kCancelled: ++metrics.finish_cancelled_total; break;
+      case FinishReason::kError: ++metrics.finish_error_total; break;
+    }
+  }
+  --r.open;
+  maybe_done(r);
+}
+
+void Engine::Impl::maybe_done(ReqState& r) {
+  if (r.open > 0 || r.admitted < r.req.n || r.finished) return;
+  const auto now = Clock::now();
+  Event ev;
+  ev.kind = Event::Kind::kDone;
+  ev.usage = r.usage;
+  Timings& t = ev.timings;
+  t.queue_ms = ms_between(r.t_submit, r.scheduled ? r.t_first_sched : now);
+  if (r.any_token) {
+    t.ttft_ms = ms_between(r.t_submit, r.t_first_token);
+    t.prompt_ms = ms_between(r.t_first_sched, r.t_first_token);
+    t.decode_ms = ms_between(r.t_first_token, r.t_last_token);
+    const int64_t decoded = r.usage.completion_tokens - r.with_tokens;
+    t.decode_tok_per_s = t.decode_ms > 0 ? decoded / (t.decode_ms / 1e3) : 0.0;
+  }
+  r.finished = true;
+  r.emit(std::move(ev));
+  std::lock_guard ml(metrics_mu);
+  ++metrics.requests_finished_total;
+}
+
+void Engine::Impl::retire_done_sequences() {
+  bool any = false;
+  for (auto& s : running) {
+    if (!s->done) continue;
+    any = true;
+    if (s->keep && s->computed > 0) {
+      auto bytes = model->kv_cache().bytes(s->seq_id);
+      PrefixEntry e;
+      e.seq_id = s->seq_id;
+      e.tokens.assign(s->tokens.begin(), s->tokens.begin() + s->computed);
+      e.bytes = bytes.is_ok() ? bytes.value() : 0;
+      cache.put(std::move(e));
+    } else {
+      remove_model_seq(s->seq_id);
+    }
+    s.reset();
+  }
+  if (!any) return;
+  running.erase(std::remove(running.begin(), running.end(), nullptr), running.end());
+  const auto evicted = cache.evict(opt.prefix_cache_seqs, opt.prefix_cache_bytes);
+  for (int32_t id : evicted) remove_model_seq(id);
+  {
+    std::lock_guard ml(metrics_mu);
+    metrics.prefix_cache_evictions_total += evicted.size();
+  }
+  update_kv_metrics();
+}
+
+void Engine::Impl::update_kv_metrics() {
+  int64_t bytes = 0, tokens = 0;
+  auto add = [&](int32_t id) {
+    auto b = model->kv_cache().bytes(id);
+    auto l = model->kv_cache().length(id);
+    if (b.is_ok()) bytes += b.value();
+    if (l.is_ok()) tokens += l.value();
+  };
+  for (auto& s : running) if (s) add(s->seq_id);
+  for (int32_t id : cache.seq_ids()) add(id);
+  std::lock_guard ml(metrics_mu);
+  metrics.kv_bytes = bytes;
+  metrics.kv_tokens = tokens;
+  metrics.kv_cached_seqs = cache.size();
+  metrics.kv_cached_bytes = cache.bytes();
+}
+
+void Engine::Impl::update_running_metrics() {
+  std::set<const ReqState*> reqs;
+  for (auto& s : running) reqs.insert(s->req.get());
+  for (auto& r : admitting) reqs.insert(r.get());
+  std::lock_guard ml(metrics_mu);
+  metrics.sequences_running = static_cast<int64_t>(running.size());
+  metrics.requests_running = static_cast<int64_t>(reqs.size());
+}
+
+// ---- Engine ----
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> model, const EngineOptions& o) {
+  if (!model) return Status::error("engine: no model");
+  if (o.parallel < 1) return Status::errorf("engine: parallel is {}: expected >= 1", o.parallel);
+  if (o.step_tokens < 1) return Status::errorf("engine: step_tokens is {}: expected >= 1", o.step_tokens);
+  if (o.n_ctx < 0) return Status::errorf("engine: n_ctx is {}: expected >= 0", o.n_ctx);
+  if (o.max_queue < 0) return Status::errorf("engine: max_queue is {}: expected >= 0", o.max_queue);
+  return std::unique_ptr<Engine>(new Engine(std::make_unique<Impl>(std::move(model), o)));
+}
+
+Submitted Engine::submit(Request r) { return impl_->submit(std::move(r)); }
+MetricsSnapshot Engine::metrics() const { return impl_->snapshot(); }
+const model::GptOssConfig& Engine::config() const { return impl_->model->config(); }
+int64_t Engine::n_ctx() const { return impl_->n_ctx; }
+int64_t Engine::n_vocab() const { return impl_->n_vocab; }
+const EngineOptions& Engine::options() const { return impl_->opt; }
+bool Engine::wait_idle(std::chrono::milliseconds timeout) { return impl_->wait_idle(timeout); }
+void Engine::clear_prefix_cache() {
+  impl_->command([this] { impl_->clear_cache(); });
+}
+
+}  // namespace brass::runtime
