@@ -225,7 +225,11 @@ class CpuBackend final : public Backend {
           for (int64_t r = 0; r < n_rep; ++r) {
             const float w = scores[r * n_keys + j];
             float* o = outs + r * d;
-            for (int64_t e = 0; e < d; ++e) o[e] += w * vr[e];
+            if (kt_) {
+              kt_->axpy_f32(w, vr, o, d);
+            } else {
+              for (int64_t e = 0; e < d; ++e) o[e] += w * vr[e];
+            }
           }
         }
       });
@@ -357,10 +361,12 @@ class CpuBackend final : public Backend {
     q.q.resize(n_rows * n);
     q.d.resize(n_rows * nb);
     q.nb.resize(n_rows * nb * 8);
+    q.nbt.resize(n_rows * nb);
     q.rows.resize(n_rows);
     pool_.parallel_for(n_rows, [&](int64_t r, int) {
-      kt_->quantize_row(t, x + r * n, n, q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8);
-      q.rows[r] = {q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8};
+      kt_->quantize_row(t, x + r * n, n, q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8,
+                        q.nbt.data() + r * nb);
+      q.rows[r] = {q.q.data() + r * n, q.d.data() + r * nb, q.nb.data() + r * nb * 8, q.nbt.data() + r * nb};
     });
     return q.rows.data();
   }
@@ -499,7 +505,7 @@ class CpuBackend final : public Backend {
   struct QActs {
     std::vector<int8_t> q;
     std::vector<float> d;
-    std::vector<int32_t> nb;
+    std::vector<int32_t> nb, nbt;
     std::vector<cpu::QActRow> rows;
   };
 

@@ -17,7 +17,7 @@ namespace {
 
 const KernelTable* avx2_kernels() {
   static const KernelTable table = {KernelLevel::Avx2, &avx2_impl::quantize_row, &avx2_impl::qgemm,
-                                    &avx2_impl::dot_f32};
+                                    &avx2_impl::dot_f32, &avx2_impl::axpy_f32};
   return &table;
 }
 

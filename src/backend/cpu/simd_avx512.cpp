@@ -17,7 +17,7 @@ namespace {
 
 const KernelTable* avx512_kernels() {
   static const KernelTable table = {KernelLevel::Avx512, &avx512_impl::quantize_row, &avx512_impl::qgemm,
-                                    &avx512_impl::dot_f32};
+                                    &avx512_impl::dot_f32, &avx512_impl::axpy_f32};
   return &table;
 }
 

@@ -21,7 +21,7 @@ using i64 = int64_t;
 
 constexpr int kQK = 32;
 constexpr int kMaxR = 4;
-constexpr int kMaxT = BRASS_SIMD_VNNI ? 4 : 2;  // AVX2 has 16 vector registers
+constexpr int kMaxT = 4;
 
 // ---- small helpers ----
 
@@ -75,9 +75,21 @@ inline int weight_offset(DType t) {
   return BRASS_SIMD_VNNI ? 128 : 0;  // Q8_0: VNNI shifts, AVX2 uses the sign trick
 }
 
+// Block totals of 4 rows' lane sums: [sum d0, sum d1, sum d2, sum d3].
+inline __m128i reduce4(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline int32_t reduce1(__m256i d) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // ---- activation quantization ----
 
-void quantize_row(DType wtype, const float* x, i64 n, int8_t* q, float* d, int32_t* nb) {
+void quantize_row(DType wtype, const float* x, i64 n, int8_t* q, float* d, int32_t* nb, int32_t* nbt) {
   const int off = weight_offset(wtype);
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -103,8 +115,10 @@ void quantize_row(DType wtype, const float* x, i64 n, int8_t* q, float* d, int32
     p = _mm256_permutevar8x32_epi32(p, perm);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQK), p);
     if (off != 0) {
-      const __m256i s4 = dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), p);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nb + b * 8), _mm256_mullo_epi32(s4, _mm256_set1_epi32(-off)));
+      const __m256i s4 = _mm256_mullo_epi32(dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), p),
+                                            _mm256_set1_epi32(-off));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(nb + b * 8), s4);
+      nbt[b] = reduce1(s4);
     }
   }
 }
@@ -162,16 +176,20 @@ struct Q8 {
   }
 };
 
-// R rows starting at w (row stride rb) x T tokens, all nblk blocks.
+// Every (row, token) result is computed with the same f32 operations whatever tile it
+// falls in: per block b the exact int32 total s_b of the 32 products (offset-corrected),
+// then acc = fma(float(s_b), f32(ws_b * dx_b), acc) for b ascending, then acc + bias.
+// (|s_b| < 2^21, so float(s_b) is exact.) That makes results independent of batch shape
+// and thread count, and lets the prefill kernel below use a different layout.
+
+// R (4 or 1) rows starting at w (row stride rb) x T tokens, all nblk blocks.
 template <class F, int R, int T>
 void tile(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, float* const* y, i64 r,
           const float* bias, bool use_nb) {
-  __m256 acc[R][T];
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  static_assert(R == 4 || R == 1, "tile rows");
+  __m128 acc[T];  // R == 4: one lane per row; R == 1: lane 0
+  for (int t = 0; t < T; ++t) acc[t] = _mm_setzero_ps();
   for (i64 b = 0; b < nblk; ++b) {
-    __m256i wv[R];
-    __m256 ws[R];
     // The next R rows (contiguous after these) stream in while this tile computes: R
     // rows of ~24-48 cache lines are too short for the hardware stream prefetchers,
     // and the decode mat-vec stalled on DRAM without this. Prefetching past the
@@ -180,27 +198,37 @@ void tile(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, floa
       const char* pf = reinterpret_cast<const char*>(w + R * rb + b * R * F::kBlockBytes);
       for (i64 o = 0; o < R * F::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
+    __m256i wv[R];
+    float wsf[R];
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * rb + b * F::kBlockBytes;
       wv[i] = f.decode(p);
-      if constexpr (F::kBlockBytes == 17)
-        ws[i] = _mm256_broadcast_ss(F::scale_ptr(p));
-      else
-        ws[i] = _mm256_set1_ps(F::scale(p));
+      wsf[i] = F::scale(p);
     }
+    const __m128 ws = R == 4 ? _mm_loadu_ps(wsf) : _mm_set_ss(wsf[0]);
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].q + b * kQK));
       const __m256i nbv = use_nb ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].nb + b * 8))
                                  : _mm256_setzero_si256();
-      const __m256 dx = _mm256_broadcast_ss(x[t].d + b);
-      for (int i = 0; i < R; ++i) {
-        const __m256i dot = F::dot(nbv, wv[i], xv);
-        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[i], dx), acc[i][t]);
+      const __m128 dx = _mm_broadcast_ss(x[t].d + b);
+      if constexpr (R == 4) {
+        const __m128i sb = reduce4(F::dot(nbv, wv[0], xv), F::dot(nbv, wv[1], xv), F::dot(nbv, wv[2], xv),
+                                   F::dot(nbv, wv[3], xv));
+        acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sb), _mm_mul_ps(ws, dx), acc[t]);
+      } else {
+        const __m128 sf = _mm_cvtsi32_ss(_mm_setzero_ps(), reduce1(F::dot(nbv, wv[0], xv)));
+        acc[t] = _mm_fmadd_ss(sf, _mm_mul_ss(ws, dx), acc[t]);
       }
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) y[t][r + i] = hsum(acc[i][t]) + (bias ? bias[r + i] : 0.0f);
+  for (int t = 0; t < T; ++t) {
+    if constexpr (R == 4) {
+      const __m128 v = bias ? _mm_add_ps(acc[t], _mm_loadu_ps(bias + r)) : acc[t];
+      _mm_storeu_ps(y[t] + r, v);
+    } else {
+      y[t][r] = _mm_cvtss_f32(acc[t]) + (bias ? bias[r] : 0.0f);
+    }
+  }
 }
 
 template <class F, int R>
@@ -209,22 +237,115 @@ void tile_t(const F& f, int T, const uint8_t* w, i64 rb, i64 nblk, const QActRow
   switch (T) {
     case 1: tile<F, R, 1>(f, w, rb, nblk, x, y, r, bias, use_nb); break;
     case 2: tile<F, R, 2>(f, w, rb, nblk, x, y, r, bias, use_nb); break;
-#if BRASS_SIMD_VNNI
     case 3: tile<F, R, 3>(f, w, rb, nblk, x, y, r, bias, use_nb); break;
     case 4: tile<F, R, 4>(f, w, rb, nblk, x, y, r, bias, use_nb); break;
-#endif
     default: break;
   }
 }
+
+#if BRASS_SIMD_VNNI
+// Prefill (many tokens): 8 rows are decoded once into an interleaved buffer where the
+// 32-byte vector k of block b holds bytes 4k..4k+3 of each of the 8 rows, so one
+// vpdpbusd against x's dword k broadcast advances all 8 rows' block totals at once and
+// the f32 scale/accumulate work is shared by 8 rows (4 vector ops per row-block-token
+// in tile() become ~1.4 here). Same per-(row, token) arithmetic as tile().
+constexpr i64 kMaxInterleavedBlocks = 256;  // n_in <= 8192
+
+inline void transpose8x8_epi32(__m256i r[8]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+  const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+  const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+  r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+  r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+  r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+  r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+  r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+  r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+  r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+  r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+inline __m256i bcast_dword(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <class F>
+void tile8_interleaved(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, i64 n_tok,
+                       float* const* y, i64 r, const float* bias) {
+  alignas(32) static thread_local uint8_t wbuf[kMaxInterleavedBlocks * 256];
+  alignas(32) static thread_local float wsb[kMaxInterleavedBlocks * 8];
+  for (i64 b = 0; b < nblk; ++b) {
+    __m256i rows[8];
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* p = w + i * rb + b * F::kBlockBytes;
+      rows[i] = f.decode(p);
+      wsb[b * 8 + i] = F::scale(p);
+    }
+    transpose8x8_epi32(rows);
+    for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf + (b * 8 + k) * 32), rows[k]);
+  }
+  const __m256 bv = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
+  i64 t = 0;
+  for (; t + 2 <= n_tok; t += 2) {
+    const QActRow& x0 = x[t];
+    const QActRow& x1 = x[t + 1];
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (i64 b = 0; b < nblk; ++b) {
+      __m256i a0 = _mm256_set1_epi32(x0.nbt[b]), a1 = _mm256_set1_epi32(x1.nbt[b]);
+      const int8_t* q0 = x0.q + b * kQK;
+      const int8_t* q1 = x1.q + b * kQK;
+      const uint8_t* wb = wbuf + b * 256;
+      for (int k = 0; k < 8; ++k) {
+        const __m256i wk = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k * 32));
+        a0 = _mm256_dpbusd_epi32(a0, wk, bcast_dword(q0 + 4 * k));
+        a1 = _mm256_dpbusd_epi32(a1, wk, bcast_dword(q1 + 4 * k));
+      }
+      const __m256 ws = _mm256_load_ps(wsb + b * 8);
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(ws, _mm256_broadcast_ss(x0.d + b)), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(ws, _mm256_broadcast_ss(x1.d + b)), acc1);
+    }
+    _mm256_storeu_ps(y[t] + r, bias ? _mm256_add_ps(acc0, bv) : acc0);
+    _mm256_storeu_ps(y[t + 1] + r, bias ? _mm256_add_ps(acc1, bv) : acc1);
+  }
+  for (; t < n_tok; ++t) {
+    const QActRow& x0 = x[t];
+    __m256 acc0 = _mm256_setzero_ps();
+    for (i64 b = 0; b < nblk; ++b) {
+      __m256i a0 = _mm256_set1_epi32(x0.nbt[b]);
+      for (int k = 0; k < 8; ++k)
+        a0 = _mm256_dpbusd_epi32(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf + b * 256 + k * 32)),
+                                 bcast_dword(x0.q + b * kQK + 4 * k));
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0),
+                             _mm256_mul_ps(_mm256_load_ps(wsb + b * 8), _mm256_broadcast_ss(x0.d + b)), acc0);
+    }
+    _mm256_storeu_ps(y[t] + r, bias ? _mm256_add_ps(acc0, bv) : acc0);
+  }
+}
+constexpr i64 kInterleaveMinTokens = 4;
+#endif
 
 template <class F>
 void qgemm_f(const QGemmArgs& a) {
   const F f;
   const i64 nblk = a.n_in / kQK;
   const bool use_nb = weight_offset(a.type) != 0;
+  i64 r_start = a.r0;
+#if BRASS_SIMD_VNNI
+  if (a.n_tok >= kInterleaveMinTokens && nblk <= kMaxInterleavedBlocks) {
+    for (; r_start + 8 <= a.r1; r_start += 8)
+      tile8_interleaved(f, a.w + r_start * a.row_bytes, a.row_bytes, nblk, a.x, a.n_tok, a.y, r_start, a.bias);
+  }
+#endif
   for (i64 t0 = 0; t0 < a.n_tok; t0 += kMaxT) {
     const int T = static_cast<int>(a.n_tok - t0 < kMaxT ? a.n_tok - t0 : kMaxT);
-    i64 r = a.r0;
+    i64 r = r_start;
     for (; r + kMaxR <= a.r1; r += kMaxR)
       tile_t<F, kMaxR>(f, T, a.w + r * a.row_bytes, a.row_bytes, nblk, a.x + t0, a.y + t0, r, a.bias, use_nb);
     for (; r < a.r1; ++r)
@@ -253,6 +374,14 @@ float dot_f32(const float* a, const float* b, i64 n) {
   float s = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+void axpy_f32(float a, const float* x, float* y, i64 n) {
+  const __m256 va = _mm256_set1_ps(a);
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
 }
 
 }  // namespace BRASS_SIMD_NS

@@ -35,7 +35,7 @@ KernelLevel selected_kernel_level();
 bool kernel_level_supported(KernelLevel l);
 
 // Quantized activation rows: per token n_in/32 blocks; q int8 (n_tok, n_in), d f32
-// (n_tok, n_in/32), and nb int32 (n_tok, n_in/32, 8): lane bias = -offset * (sum of
+// (n_tok, n_in/32), nbt int32 (n_tok, n_in/32) and nb int32 (n_tok, n_in/32, 8): lane bias = -offset * (sum of
 // the 4 q values the lane covers), where offset is the unsigned shift the kernel
 // applies to weights of that type (see qbias_offset). Pointers are per token so MoE
 // can gather rows.
@@ -43,6 +43,7 @@ struct QActRow {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const int32_t* nb = nullptr;
+  const int32_t* nbt = nullptr;  // (n_in/32) per-block totals of nb (the prefill kernel's bias)
 };
 
 // y[t][r] = dot(W row r, x_t) + bias[r] for r in [r0, r1), t in [0, n_tok).
@@ -62,10 +63,13 @@ struct KernelTable {
   KernelLevel level = KernelLevel::Ref;
   // Quantize one row of n (multiple of 32) floats into q/d/nb with the lane bias for
   // weights of type wtype.
-  void (*quantize_row)(DType wtype, const float* x, int64_t n, int8_t* q, float* d, int32_t* nb) = nullptr;
+  void (*quantize_row)(DType wtype, const float* x, int64_t n, int8_t* q, float* d, int32_t* nb,
+                       int32_t* nbt) = nullptr;
   void (*qgemm)(const QGemmArgs& a) = nullptr;
   // f32 dot product (attention scores, f32 weights); any n.
   float (*dot_f32)(const float* a, const float* b, int64_t n) = nullptr;
+  // y[i] += a * x[i] for i < n (attention's weighted V sum).
+  void (*axpy_f32)(float a, const float* x, float* y, int64_t n) = nullptr;
 };
 
 // Null for Ref (the reference backend does not use a table).
