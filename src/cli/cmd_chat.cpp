@@ -14,7 +14,7 @@
 // message, -n tokens, or the context limit. The parsed assistant messages join the
 // history.
 //
-// Display: the final channel is printed plainly on stdout; analysis (reasoning) is
+// Display (chat_display.h): the final channel is printed plainly on stdout; analysis (reasoning) is
 // dimmed (ANSI \x1b[2m) when stdout is a terminal and NO_COLOR is unset, otherwise
 // prefixed "[reasoning] "; other channels and tool calls get a "[channel to=...]"
 // label. When nothing parsed as a message (typical of random weights) the raw decoded
@@ -31,6 +31,7 @@
 #include <set>
 #include <string>
 
+#include "cli/chat_display.h"
 #include "cli/commands.h"
 #include "core/env.h"
 #include "core/timer.h"
@@ -84,94 +85,6 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
   return n;
 }
-
-constexpr const char* kDim = "\x1b[2m";
-constexpr const char* kReset = "\x1b[0m";
-
-// Streams parse events to stdout (see the file comment for the layout).
-class Display {
- public:
-  explicit Display(bool color) : color_(color) {}
-
-  void on_event(const harmony::ParseEvent& e) {
-    using K = harmony::ParseEvent::Kind;
-    switch (e.kind) {
-      case K::kMessageStart: {
-        newline_if_needed();
-        const auto& h = e.header;
-        const std::string channel = h.channel.value_or("");
-        const bool assistant = h.author.role == harmony::Role::kAssistant;
-        if (assistant && channel == "analysis" && !h.recipient) {
-          if (color_) dim();
-          else write("[reasoning] ");
-        } else if (!(assistant && (channel == "final" || channel.empty()) && !h.recipient)) {
-          std::string label = "[";
-          label += channel.empty() ? std::string(harmony::role_name(h.author.role)) : channel;
-          if (h.recipient) label += " to=" + *h.recipient;
-          label += "] ";
-          if (color_) dim();
-          write(label);
-        }
-        break;
-      }
-      case K::kContentDelta:
-        if (!e.delta.empty()) shown_content_ = true;
-        write(e.delta);
-        break;
-      case K::kMessageEnd:
-        undim();
-        newline_if_needed();
-        break;
-      case K::kToolCall:
-        if (color_) dim();
-        write("[tool call to " + e.message.recipient.value_or("?") + ": brass chat has no tools; turn ended]");
-        undim();
-        newline_if_needed();
-        break;
-    }
-    std::fflush(stdout);
-  }
-
-  // Raw text, for a turn in which nothing parsed as a message.
-  void unparsed(const std::string& text) {
-    newline_if_needed();
-    if (color_) dim();
-    write("[unparsed] " + text);
-    undim();
-    newline_if_needed();
-  }
-
-  void end_turn() {
-    undim();
-    newline_if_needed();
-    std::fflush(stdout);
-  }
-  bool shown_content() const { return shown_content_; }
-
- private:
-  void write(const std::string& s) {
-    if (s.empty()) return;
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    last_ = s.back();
-  }
-  void dim() {
-    if (dimmed_) return;
-    std::fputs(kDim, stdout);
-    dimmed_ = true;
-  }
-  void undim() {
-    if (!dimmed_) return;
-    std::fputs(kReset, stdout);
-    dimmed_ = false;
-  }
-  void newline_if_needed() {
-    if (last_ != '\n') write("\n");
-  }
-  bool color_;
-  bool dimmed_ = false;
-  bool shown_content_ = false;
-  char last_ = '\n';
-};
 
 }  // namespace
 
@@ -290,7 +203,7 @@ int run_chat(const ChatOptions& o) {
     auto parser_r = harmony::StreamParser::create(tk, po);
     if (!parser_r) return fail(parser_r.status().message());
     harmony::StreamParser& parser = *parser_r;
-    Display display(color);
+    ChatDisplay display(stdout, color);
     std::vector<harmony::ParseEvent> events;
     std::vector<int32_t> generated;
     std::string stop_reason = "length";

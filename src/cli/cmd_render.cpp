@@ -339,7 +339,9 @@ Conversation JSON (all keys optional except messages[].role/content; unknown key
    "add_generation_prompt": true, "auto_drop_analysis": true, "drop_rule": "harmony|last_final"}
 No "system" key: no system message ({} gives harmony's defaults: ChatGPT identity, knowledge
 cutoff 2024-06, reasoning medium, channels analysis/commentary/final). A tool message needs
-"name" (its header). add_generation_prompt (default true) ends with <|start|>assistant.)");
+"name" (its header). Tools may also use OpenAI's {"type": "function", "function": {...}} form;
+a system/developer entry of "messages" may give an object like "system"/"developer" as content.
+add_generation_prompt (default true) ends with <|start|>assistant.)");
   return [o]() -> int {
     std::string text;
     if (o->file == "-") {
