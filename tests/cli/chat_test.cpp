@@ -105,6 +105,11 @@ const GoldenCase kGoldenCases[] = {
       "developer": {"instructions": "Answer the user's questions like a robot."},
       "messages": [{"role": "user", "content": "What is the capital of the largest country in the world?"}],
       "add_generation_prompt": true})J"},
+    // system/developer as message entries with object content
+    {"test_simple_convo_medium_effort.txt", R"J({"messages": [
+      {"role": "system", "content": {"reasoning_effort": "medium"}},
+      {"role": "developer", "content": {"instructions": "Answer the user's questions like a robot."}},
+      {"role": "user", "content": "What is the capital of the largest country in the world?"}]})J"},
     {"test_simple_convo_low_effort_no_instruction.txt", R"J({
       "system": {"reasoning_effort": "low", "model_identity": "You are ChatGPT, a large language model trained by OpenAI."},
       "messages": [{"role": "user", "content": "What is the capital of the largest country in the world?"}]})J"},
@@ -195,7 +200,7 @@ TEST(CliRender, MatchesHarmonyGoldens) {
 
 TEST(CliRender, IdsEqualTokenizeSpecialOfText) {
   TempDir dir;
-  for (int i : {0, 1, 4}) {  // plain conversations and the tool-schema one
+  for (int i : {0, 1, 5}) {  // plain conversations and the tool-schema one
     const std::string file = dir.write("convo.json", kGoldenCases[i].json);
     const Proc both = run("render " + file);
     ASSERT_EQ(both.rc, 0) << both.err;
@@ -263,7 +268,7 @@ TEST(CliRender, BadInputNamesTheField) {
   // never a crash.
   const uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
-  const std::string valid = kGoldenCases[4].json;
+  const std::string valid = kGoldenCases[5].json;
   for (int i = 0; i < 6; ++i) {
     std::string junk;
     if (i % 2) {
