@@ -276,11 +276,34 @@ inline __m256i bcast_dword(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// NT tokens against the 8 interleaved rows (one W load per NT vpdpbusd).
+template <int NT>
+inline void interleaved_tokens(const uint8_t* __restrict wbuf, const float* __restrict wsb, i64 nblk,
+                               const QActRow* x, float* const* y, i64 r, const float* bias, __m256 bv) {
+  __m256 acc[NT];
+  for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_ps();
+  for (i64 b = 0; b < nblk; ++b) {
+    __m256i a[NT];
+    for (int j = 0; j < NT; ++j) a[j] = _mm256_set1_epi32(x[j].nbt[b]);
+    const uint8_t* wb = wbuf + b * 256;
+    for (int k = 0; k < 8; ++k) {
+      const __m256i wk = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k * 32));
+      for (int j = 0; j < NT; ++j) a[j] = _mm256_dpbusd_epi32(a[j], wk, bcast_dword(x[j].q + b * kQK + 4 * k));
+    }
+    const __m256 ws = _mm256_load_ps(wsb + b * 8);
+    for (int j = 0; j < NT; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[j]), _mm256_mul_ps(ws, _mm256_broadcast_ss(x[j].d + b)), acc[j]);
+  }
+  for (int j = 0; j < NT; ++j) _mm256_storeu_ps(y[j] + r, bias ? _mm256_add_ps(acc[j], bv) : acc[j]);
+}
+
 template <class F>
 void tile8_interleaved(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, i64 n_tok,
                        float* const* y, i64 r, const float* bias) {
-  alignas(32) static thread_local uint8_t wbuf[kMaxInterleavedBlocks * 256];
-  alignas(32) static thread_local float wsb[kMaxInterleavedBlocks * 8];
+  // On the stack (72 KiB): a thread_local buffer costs a __tls_get_addr call in PIC code,
+  // which GCC re-issued inside the loops (spills and vzeroupper around it).
+  alignas(32) uint8_t wbuf[kMaxInterleavedBlocks * 256];
+  alignas(32) float wsb[kMaxInterleavedBlocks * 8];
   for (i64 b = 0; b < nblk; ++b) {
     __m256i rows[8];
     for (int i = 0; i < 8; ++i) {
@@ -293,40 +316,8 @@ void tile8_interleaved(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QAc
   }
   const __m256 bv = bias ? _mm256_loadu_ps(bias + r) : _mm256_setzero_ps();
   i64 t = 0;
-  for (; t + 2 <= n_tok; t += 2) {
-    const QActRow& x0 = x[t];
-    const QActRow& x1 = x[t + 1];
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (i64 b = 0; b < nblk; ++b) {
-      __m256i a0 = _mm256_set1_epi32(x0.nbt[b]), a1 = _mm256_set1_epi32(x1.nbt[b]);
-      const int8_t* q0 = x0.q + b * kQK;
-      const int8_t* q1 = x1.q + b * kQK;
-      const uint8_t* wb = wbuf + b * 256;
-      for (int k = 0; k < 8; ++k) {
-        const __m256i wk = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + k * 32));
-        a0 = _mm256_dpbusd_epi32(a0, wk, bcast_dword(q0 + 4 * k));
-        a1 = _mm256_dpbusd_epi32(a1, wk, bcast_dword(q1 + 4 * k));
-      }
-      const __m256 ws = _mm256_load_ps(wsb + b * 8);
-      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(ws, _mm256_broadcast_ss(x0.d + b)), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(ws, _mm256_broadcast_ss(x1.d + b)), acc1);
-    }
-    _mm256_storeu_ps(y[t] + r, bias ? _mm256_add_ps(acc0, bv) : acc0);
-    _mm256_storeu_ps(y[t + 1] + r, bias ? _mm256_add_ps(acc1, bv) : acc1);
-  }
-  for (; t < n_tok; ++t) {
-    const QActRow& x0 = x[t];
-    __m256 acc0 = _mm256_setzero_ps();
-    for (i64 b = 0; b < nblk; ++b) {
-      __m256i a0 = _mm256_set1_epi32(x0.nbt[b]);
-      for (int k = 0; k < 8; ++k)
-        a0 = _mm256_dpbusd_epi32(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf + b * 256 + k * 32)),
-                                 bcast_dword(x0.q + b * kQK + 4 * k));
-      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0),
-                             _mm256_mul_ps(_mm256_load_ps(wsb + b * 8), _mm256_broadcast_ss(x0.d + b)), acc0);
-    }
-    _mm256_storeu_ps(y[t] + r, bias ? _mm256_add_ps(acc0, bv) : acc0);
-  }
+  for (; t + 4 <= n_tok; t += 4) interleaved_tokens<4>(wbuf, wsb, nblk, x + t, y + t, r, bias, bv);
+  for (; t < n_tok; ++t) interleaved_tokens<1>(wbuf, wsb, nblk, x + t, y + t, r, bias, bv);
 }
 constexpr i64 kInterleaveMinTokens = 4;
 #endif
