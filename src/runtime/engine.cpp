@@ -210,6 +210,7 @@ class Engine::Impl {
   std::vector<std::unique_ptr<Seq>> running;         // admission order = priority
   std::deque<std::shared_ptr<ReqState>> admitting;   // requests with completions still to admit
   PrefixCache cache;
+  std::set<int32_t> live;  // every sequence the engine holds in the model (running + cached)
   int32_t next_seq_id = 0;
   model::ForwardOutput out;
   std::vector<float> masked;  // (n_vocab) logits row handed to a LogitConstraint
@@ -393,6 +394,7 @@ int32_t Engine::Impl::alloc_seq_id() {
 }
 
 void Engine::Impl::remove_model_seq(int32_t id) {
+  live.erase(id);
   Status st = model->remove_sequence(id);
   if (!st) BRASS_LOG_WARN("engine: {}", st.message());
 }
@@ -427,6 +429,7 @@ void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t in
   if (!have_seq) {
     s->seq_id = alloc_seq_id();
     Status st = model->add_sequence(s->seq_id);
+    if (st) live.insert(s->seq_id);
     if (!st) {
       s->done = true;
       finish_completion(*r, index, FinishReason::kError, -1, st.message());
@@ -483,6 +486,7 @@ void Engine::Impl::step() {
     for (const SchedChunk& c : plan) finish(*running[c.index], FinishReason::kError, -1, st.message());
     return;
   }
+  update_kv_metrics();
   for (size_t i = 0; i < plan.size(); ++i) {
     Seq& s = *running[plan[i].index];
     const int64_t prompt_part = std::max<int64_t>(0, std::min(s.n_prompt, s.computed + plan[i].n_tokens) - s.computed);
@@ -630,9 +634,9 @@ void Engine::Impl::update_kv_metrics() {
     if (b.is_ok()) bytes += b.value();
     if (l.is_ok()) tokens += l.value();
   };
-  for (auto& s : running) if (s) add(s->seq_id);
-  for (int32_t id : cache.seq_ids()) add(id);
+  for (int32_t id : live) add(id);
   std::lock_guard ml(metrics_mu);
+  metrics.kv_sequences = static_cast<int64_t>(live.size());
   metrics.kv_bytes = bytes;
   metrics.kv_tokens = tokens;
   metrics.kv_cached_seqs = cache.size();

@@ -82,6 +82,8 @@ std::string render_prometheus(const MetricsSnapshot& m, std::string_view prefix)
   w.scalar("sequences_per_step_max", "gauge", "Most sequences batched into one forward step.", m.max_step_seqs);
   w.scalar("kv_cache_bytes", "gauge", "KV-cache bytes held (running sequences and prefix cache).", m.kv_bytes);
   w.scalar("kv_cache_tokens", "gauge", "KV-cache positions held (running sequences and prefix cache).", m.kv_tokens);
+  w.scalar("kv_cache_sequences", "gauge", "Sequences held in the KV cache (running and prefix cache).",
+           m.kv_sequences);
   w.scalar("prefix_cache_sequences", "gauge", "Finished sequences kept for prefix reuse.", m.kv_cached_seqs);
   w.scalar("prefix_cache_bytes", "gauge", "KV-cache bytes of the prefix-cache entries.", m.kv_cached_bytes);
   w.scalar("prefix_cache_hits_total", "counter", "Sequences that reused a cached prefix.", m.prefix_cache_hits_total);

@@ -53,6 +53,7 @@ struct MetricsSnapshot {
   // KV cache
   int64_t kv_bytes = 0;          // all sequences held by the model (running + prefix cache)
   int64_t kv_tokens = 0;         // positions stored, same sequences
+  int64_t kv_sequences = 0;      // sequences held in the model (running + prefix cache)
   int64_t kv_cached_seqs = 0;    // prefix-cache entries
   int64_t kv_cached_bytes = 0;
   // Prefix cache
