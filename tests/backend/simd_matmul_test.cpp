@@ -295,6 +295,40 @@ TEST(SimdF32, MatmulF32AndAttention) {
   }
 }
 
+// E8M0 exponent bytes 0..247 (subnormal scales e = 0, 1 included; from 248 up a row sum
+// of 128 values up to 12 * 2^(e-128) can overflow f32), against the reference
+// dequantizer; x = 1 quantizes to d = 1/127, q = 127.
+TEST(SimdMatmul, Mxfp4AllExponentBytes) {
+  Rng rng;
+  SEED_TRACE(rng);
+  const int64_t n_in = 32 * 4;
+  for (KernelLevel l : simd_levels()) {
+    auto be = cpu::make_cpu_backend_level(1, l);
+    for (int e0 = 0; e0 < 248; e0 += 4) {
+      std::vector<uint8_t> row(17 * 4);
+      for (int b = 0; b < 4; ++b) {
+        row[b * 17] = static_cast<uint8_t>(e0 + b);
+        for (int j = 0; j < 16; ++j) row[b * 17 + 1 + j] = static_cast<uint8_t>(rng.integer(0, 255));
+      }
+      std::vector<float> deq(n_in), x(n_in, 1.0f), y(1);
+      quant::dequantize_row(DType::MXFP4, row.data(), deq.data(), n_in);
+      WeightView v;
+      v.type = DType::MXFP4;
+      v.data = row.data();
+      v.ne[0] = n_in;
+      v.ne[1] = 1;
+      be->matmul({.w = v, .bias = nullptr, .x = x.data(), .y = y.data(), .n_tok = 1});
+      double want = 0, mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        want += static_cast<double>(deq[i]) * (127.0f * (1.0f / 127.0f));
+        mag += std::fabs(static_cast<double>(deq[i]));
+      }
+      // f32 products 2^(e-128) * d_x lose bits only when subnormal (e < 2 + 7): abs slack
+      ASSERT_NEAR(y[0], want, 1e-6 * mag + 1e-43) << cpu::kernel_level_name(l) << " e " << e0;
+    }
+  }
+}
+
 TEST(SimdDispatch, LevelsAndNames) {
   EXPECT_TRUE(cpu::kernel_level_supported(KernelLevel::Ref));
   const KernelLevel best = cpu::best_kernel_level();

@@ -51,16 +51,24 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 
 // 2^(e - 128) for every E8M0 byte (ggml's halved scale for the doubled E2M1 table;
 // e < 2 are subnormals), as a table so the kernel broadcasts it straight from memory.
+// constexpr, so it is constant-initialized: a run-time constructor in this file would be
+// compiled with this file's -m flags and run at start-up on any processor.
 struct E8m0Table {
   float v[256];
-  E8m0Table() {
-    for (uint32_t e = 0; e < 256; ++e) {
-      const uint32_t bits = e < 2 ? (0x00200000u << e) : (e - 1u) << 23;
-      __builtin_memcpy(&v[e], &bits, 4);
+  constexpr E8m0Table() : v() {
+    float p = 1.0f;  // 2^(e - 128), from e = 128 outwards; exact (powers of two, subnormals too)
+    for (int e = 128; e < 256; ++e) {
+      v[e] = p;
+      if (e < 255) p *= 2.0f;
+    }
+    p = 0.5f;
+    for (int e = 127; e >= 0; --e) {
+      v[e] = p;
+      if (e > 0) p *= 0.5f;
     }
   }
 };
-const E8m0Table kE8m0;
+constexpr E8m0Table kE8m0;
 
 inline float f16_scale(const uint8_t* p) {
   uint16_t h;
