@@ -22,6 +22,10 @@
 //
 // n > 1: the n completions are n sequences (seed + i for completion i); each reads the
 // prompt (the later ones usually reuse nothing: entries are taken, not shared).
+//
+// Not done (yet): re-prefilling only the sliding layers' last window to resume from a
+// cut further back than the ring holds (a cached sequence is then simply not reused),
+// and sharing one prompt prefill between the n completions (needs a KV copy).
 #pragma once
 
 #include <chrono>
@@ -78,10 +82,10 @@ struct Usage {
 
 struct Timings {
   double queue_ms = 0;          // submit -> first step that computed any of its tokens
-  double ttft_ms = 0;           // submit -> first token (completion 0)
+  double ttft_ms = 0;           // submit -> first generated token (any completion)
   double prompt_ms = 0;         // first scheduled -> first token
-  double decode_ms = 0;         // first token -> last token (completion 0)
-  double decode_tok_per_s = 0;  // (completion tokens - 1) / decode time (completion 0)
+  double decode_ms = 0;         // first token -> last token (all completions)
+  double decode_tok_per_s = 0;  // tokens after each completion's first / decode time
 };
 
 struct Event {
