@@ -53,7 +53,7 @@ Runner add_run(CLI::App& app) {
     int threads = 0;
     int64_t n_ctx = 4096;
     bool chat = false, show_prompt = false;
-    std::string reasoning = "medium", system, date, drop_rule = "harmony";
+    std::string reasoning = "medium", system, date, drop_rule = "last_final";
   };
   auto o = std::make_shared<Opts>();
   o->sp.temperature = 1.0f;

@@ -36,7 +36,7 @@ struct ChatOptions {
   harmony::ReasoningEffort reasoning = harmony::ReasoningEffort::kMedium;
   std::optional<std::string> instructions;  // --system: the developer message's instructions
   std::optional<std::string> date;          // conversation start date; nullopt: today
-  harmony::AnalysisDropRule drop_rule = harmony::AnalysisDropRule::kHarmony;
+  harmony::AnalysisDropRule drop_rule = harmony::AnalysisDropRule::kBeforeLastFinal;  // earlier turns' reasoning dropped, as OpenAI advises
   bool show_prompt = false;                 // print each rendered prompt to stderr
 };
 int run_chat(const ChatOptions& options);
