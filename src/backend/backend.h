@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -120,6 +121,10 @@ struct KvStoreArgs {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   std::span<const AttnSeq> seqs;
+  // Optional (n_tok) backend memory holding the same positions as the seqs' pos0 + i.
+  // Backends that replay captured work (CUDA graphs) read positions from here so that a
+  // replay needs no patching; the CPU reference ignores it.
+  const int32_t* pos = nullptr;
 };
 
 // Causal attention over the cache (the chunk's own K/V must be stored first).
@@ -138,6 +143,7 @@ struct AttentionArgs {
   int32_t window = 0;  // 0: full causal attention
   float scale = 1.0f;
   std::span<const AttnSeq> seqs;
+  const int32_t* pos = nullptr;  // optional, as in KvStoreArgs
 };
 
 // Router: per token, the k largest raw logits (ties: lower expert index first), in
@@ -189,6 +195,63 @@ struct GatherRowsArgs {
   int64_t n = 0;
 };
 
+// ---- fused ops (additive). Each has a default implementation in backend.cpp composed
+// of the ops above, which is its CPU twin; backends may override with fused kernels.
+
+// y += x; out = rmsnorm(y) * weight (row-wise). out must not alias x.
+struct AddRmsNormArgs {
+  float* y = nullptr;             // (n_rows, n) residual, updated
+  const float* x = nullptr;       // (n_rows, n)
+  const float* weight = nullptr;  // (n) f32
+  float* out = nullptr;           // (n_rows, n)
+  int64_t n_rows = 0;
+  int64_t n = 0;
+  float eps = 1e-5f;
+};
+
+// The attention input block: q/k/v projections with biases, RoPE on q and k, and the
+// store of k and v into the cache:
+//   q = xn Wq^T + bq; k = xn Wk^T + bk; v = xn Wv^T + bv; rope(q); rope(k); kv_store.
+struct AttnQkvArgs {
+  const float* x = nullptr;  // (n_tok, n_embd) normed input
+  WeightView wq, wk, wv;
+  const float* bq = nullptr;  // (n_head * head_dim) or null
+  const float* bk = nullptr;  // (n_head_kv * head_dim) or null
+  const float* bv = nullptr;  // (n_head_kv * head_dim) or null
+  float* q = nullptr;         // (n_tok, n_head, head_dim) out (rotated)
+  float* k = nullptr;         // (n_tok, n_head_kv, head_dim) out (rotated)
+  float* v = nullptr;         // (n_tok, n_head_kv, head_dim) out
+  const int32_t* pos = nullptr;       // (n_tok) backend memory
+  const float* inv_freq = nullptr;    // (head_dim / 2) backend memory
+  float mscale = 1.0f;
+  int64_t n_tok = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  DType kv_type = DType::F32;
+  std::span<const AttnSeq> seqs;
+};
+
+// Greedy pick: out[r] = the index of the largest x[r, i] (ties: the lower index).
+// Optional greedy-decode feedback (lets a captured decode step feed itself): when pos
+// is set, history[pos[r] + 1] = out[r] (if history is set) and then pos[r] += 1.
+struct ArgmaxArgs {
+  const float* x = nullptr;  // (n_rows, n)
+  int32_t* out = nullptr;    // (n_rows) backend memory
+  int64_t n_rows = 0;
+  int64_t n = 0;
+  int32_t* pos = nullptr;      // (n_rows) or null
+  int32_t* history = nullptr;  // (n_ctx) token per position, or null
+};
+
+// Recorded backend work that can be launched again with the same arguments (a CUDA
+// graph). Values that change between launches must live in backend memory.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual Status launch() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -214,6 +277,21 @@ class Backend {
   virtual void moe(const MoeArgs& a) = 0;
   virtual void add(const AddArgs& a) = 0;
   virtual void gather_rows(const GatherRowsArgs& a) = 0;
+
+  // ---- additive extensions (defaults in backend.cpp) ----
+  // True when backend memory is host memory the caller may read directly.
+  virtual bool host_memory() const { return true; }
+  // Make a weight (a WeightView into host memory, e.g. the GGUF mmap) usable by this
+  // backend's ops: host backends return it unchanged; device backends copy it once and
+  // may re-lay it out (the returned view is then only meaningful to this backend's ops).
+  // 1-D f32 vectors (norms, biases, sinks) go through here too, as {F32, ptr, {n}}.
+  virtual Result<WeightView> prepare_weight(const WeightView& host) { return host; }
+  virtual void add_rms_norm(const AddRmsNormArgs& a);
+  virtual void attn_qkv(const AttnQkvArgs& a);
+  virtual void argmax(const ArgmaxArgs& a);  // default: host loop (host-memory backends)
+  // Record the ops `record` issues into a Graph (instead of running them). Default:
+  // unsupported (an error status).
+  virtual Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record);
 };
 
 // The CPU reference backend (backend/cpu). n_threads <= 0: env::threads().

@@ -23,6 +23,13 @@ Status KvCache::add_sequence(int32_t seq_id) {
   s.layers.resize(cfg_.n_layer);
   const int64_t row = cfg_.kv_dim() * elt_bytes();
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
+    if (opt_.device) {
+      Layer& l = s.layers[il];
+      l.slots = cfg_.is_swa_layer(il) ? ring_cap_ : opt_.n_ctx_max;
+      BRASS_ASSIGN_OR_RETURN(l.kd, opt_.device->alloc(static_cast<size_t>(l.slots * row)));
+      BRASS_ASSIGN_OR_RETURN(l.vd, opt_.device->alloc(static_cast<size_t>(l.slots * row)));
+      continue;
+    }
     if (cfg_.is_swa_layer(il)) {
       s.layers[il].slots = ring_cap_;
       s.layers[il].k.resize(ring_cap_ * row);
@@ -48,7 +55,10 @@ Result<int64_t> KvCache::bytes(int32_t seq_id) const {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return Status::errorf("kv cache: no sequence {}", seq_id);
   int64_t b = 0;
-  for (const auto& l : it->second.layers) b += static_cast<int64_t>(l.k.size() + l.v.size());
+  for (const auto& l : it->second.layers) {
+    b += static_cast<int64_t>(l.k.size() + l.v.size());
+    if (l.kd) b += static_cast<int64_t>(l.kd->size() + l.vd->size());
+  }
   return b;
 }
 
@@ -86,7 +96,7 @@ Status KvCache::reserve(int32_t seq_id, int64_t pos0, int64_t n_tok) {
     return Status::errorf("kv cache: sequence {}: {} tokens exceed the context of {}", seq_id, end, opt_.n_ctx_max);
   const int64_t row = cfg_.kv_dim() * elt_bytes();
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
-    if (cfg_.is_swa_layer(il)) continue;
+    if (cfg_.is_swa_layer(il) || opt_.device) continue;
     Layer& l = s.layers[il];
     if (l.slots >= end) continue;
     int64_t slots = std::max<int64_t>(256, l.slots);
@@ -105,8 +115,8 @@ backend::AttnSeq KvCache::view(int32_t seq_id, int64_t il, int64_t tok0, int64_t
   a.tok0 = tok0;
   a.n_tok = n_tok;
   a.pos0 = static_cast<int32_t>(pos0);
-  a.k = l.k.data();
-  a.v = l.v.data();
+  a.k = l.kd ? l.kd->data() : l.k.data();
+  a.v = l.vd ? l.vd->data() : l.v.data();
   a.capacity = static_cast<int32_t>(l.slots);
   a.ring = cfg_.is_swa_layer(il);
   return a;

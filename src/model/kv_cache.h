@@ -6,6 +6,9 @@
 //   ring_capacity = n_swa + max_chunk_tokens - 1 so that every query of a chunk of up to
 //   max_chunk_tokens tokens still finds its n_swa - 1 predecessors after the whole chunk's
 //   K/V were stored.
+// Device backends (KvCacheOptions::device): storage is backend memory, and every layer
+// gets its full size (ring or n_ctx_max slots) at add_sequence, so the pointers never
+// move and a captured decode graph stays valid for the sequence's whole life.
 // Elements are F32 (reference default) or F16 (16-bit is the floor for gpt-oss: an 8-bit
 // KV cache degraded generations badly on another engine).
 // Positions of a sequence are contiguous from 0: a chunk must start at length(seq).
@@ -15,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -28,6 +32,7 @@ struct KvCacheOptions {
   DType type = DType::F32;        // F32 or F16
   int64_t n_ctx_max = 0;          // per sequence; 0: the model's context_length
   int64_t max_chunk_tokens = 512; // tokens of one sequence per forward step
+  backend::Backend* device = nullptr;  // allocate storage from this backend (not owned)
 };
 
 class KvCache {
@@ -59,6 +64,7 @@ class KvCache {
  private:
   struct Layer {
     std::vector<uint8_t> k, v;  // (slots, n_head_kv, head_dim) elements
+    std::unique_ptr<backend::Buffer> kd, vd;  // the same, in device memory (opt_.device)
     int64_t slots = 0;
   };
   struct Seq {

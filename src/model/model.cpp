@@ -32,23 +32,70 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
 }
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::Reader> reader, const ModelOptions& o) {
+  return load(std::move(reader), o, backend::make_cpu_backend(o.n_threads));
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::Reader> reader, const ModelOptions& o,
+                                           std::unique_ptr<backend::Backend> be) {
+  if (!be) return Status::error("model: no backend given");
   std::unique_ptr<Model> m(new Model());
   m->reader_ = std::move(reader);
   m->opt_ = o;
+  m->be_ = std::move(be);
   BRASS_ASSIGN_OR_RETURN(m->cfg_, load_config(*m->reader_));
   BRASS_ASSIGN_OR_RETURN(m->w_, bind_weights(*m->reader_, m->cfg_));
+  if (!m->be_->host_memory()) BRASS_TRY(m->prepare_weights());
   m->rope_ = compute_rope_freqs(m->cfg_.rope_params(o.yarn_rounded));
   KvCacheOptions kvo;
   kvo.type = o.kv_type;
   kvo.n_ctx_max = o.n_ctx > 0 ? std::min(o.n_ctx, m->cfg_.n_ctx_train) : m->cfg_.n_ctx_train;
   kvo.max_chunk_tokens = o.max_chunk_tokens;
+  kvo.device = m->be_->host_memory() ? nullptr : m->be_.get();
   BRASS_ASSIGN_OR_RETURN(m->kv_, KvCache::create(m->cfg_, kvo));
-  m->be_ = backend::make_cpu_backend(o.n_threads);
   const int64_t half = m->cfg_.head_dim / 2;
   BRASS_ASSIGN_OR_RETURN(m->inv_freq_, m->be_->alloc(half * sizeof(float)));
   m->be_->upload(m->inv_freq_->data(), m->rope_.inv_freq.data(), half * sizeof(float));
-  BRASS_LOG_INFO("{}: {}", m->reader_->path(), m->summary());
+  BRASS_LOG_INFO("{}: {} (backend {})", m->reader_->path(), m->summary(), m->be_->name());
   return m;
+}
+
+// Device backends: every weight and f32 vector through prepare_weight (one copy each).
+Status Model::prepare_weights() {
+  backend::Backend& be = *be_;
+  const GptOssConfig& c = cfg_;
+  auto mat = [&](WeightView& w) -> Status {
+    BRASS_ASSIGN_OR_RETURN(w, be.prepare_weight(w));
+    return Status::ok();
+  };
+  auto vec = [&](const float*& p, int64_t n) -> Status {
+    WeightView w;
+    w.type = DType::F32;
+    w.data = p;
+    w.ne[0] = n;
+    BRASS_ASSIGN_OR_RETURN(w, be.prepare_weight(w));
+    p = static_cast<const float*>(w.data);
+    return Status::ok();
+  };
+  BRASS_TRY(mat(w_.token_embd));
+  BRASS_TRY(mat(w_.output));
+  BRASS_TRY(vec(w_.output_norm, c.n_embd));
+  for (LayerWeights& L : w_.layers) {
+    for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps})
+      BRASS_TRY(mat(*w));
+    BRASS_TRY(vec(L.attn_norm, c.n_embd));
+    BRASS_TRY(vec(L.post_attn_norm, c.n_embd));
+    BRASS_TRY(vec(L.bq, c.q_dim()));
+    BRASS_TRY(vec(L.bk, c.kv_dim()));
+    BRASS_TRY(vec(L.bv, c.kv_dim()));
+    BRASS_TRY(vec(L.bo, c.n_embd));
+    BRASS_TRY(vec(L.sinks, c.n_head));
+    BRASS_TRY(vec(L.router_b, c.n_expert));
+    BRASS_TRY(vec(L.gate_b, c.n_ff * c.n_expert));
+    BRASS_TRY(vec(L.up_b, c.n_ff * c.n_expert));
+    BRASS_TRY(vec(L.down_b, c.n_embd * c.n_expert));
+  }
+  be.synchronize();
+  return Status::ok();
 }
 
 std::string Model::summary() const { return config_summary(cfg_, *reader_, kv_.elt_bytes()); }
@@ -75,12 +122,14 @@ Status Model::ensure_scratch(int64_t n_tok, int64_t n_out) {
     BRASS_TRY(grow(tok_, n_tok * 4));
     BRASS_TRY(grow(pos_, n_tok * 4));
     cap_tok_ = n_tok;
+    ++scratch_gen_;
   }
   if (n_out > cap_out_) {
     BRASS_TRY(grow(out_rows_, n_out * 4));
     BRASS_TRY(grow(out_x_, n_out * c.n_embd * sizeof(float)));
     BRASS_TRY(grow(logits_, n_out * c.n_vocab * sizeof(float)));
     cap_out_ = n_out;
+    ++scratch_gen_;
   }
   return Status::ok();
 }
@@ -169,6 +218,57 @@ Status Model::forward_round(std::span<const Step> steps) {
   be.upload(pos_->data(), positions.data(), n_tok * 4);
   if (n_out) be.upload(out_rows_->data(), out_rows.data(), n_out * 4);
 
+  std::vector<std::vector<backend::AttnSeq>> seqs(c.n_layer, std::vector<backend::AttnSeq>(steps.size()));
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    for (size_t s = 0; s < steps.size(); ++s)
+      seqs[il][s] = kv_.view(steps[s].seq_id, il, tok0[s], steps[s].pos0, static_cast<int64_t>(steps[s].tokens.size()));
+
+  if (steps.size() == 1 && n_tok == 1 && n_out == 1) {
+    BRASS_TRY(run_decode_round(fwd_graphs_, steps[0].seq_id, seqs, /*greedy=*/false));
+  } else {
+    record_round(n_tok, n_out, seqs, /*direct=*/false, /*greedy=*/false);
+  }
+  if (n_out > 0) {
+    const float* lg = logits_->as<float>();  // (n_out, n_vocab)
+    be.synchronize();
+    int64_t row = 0;
+    for (const Step& s : steps) {
+      if (s.out_first < 0) continue;
+      const int64_t n = static_cast<int64_t>(s.tokens.size()) - s.out_first;
+      be.download(s.out_dst, lg + row * c.n_vocab, n * c.n_vocab * sizeof(float));
+      row += n;
+    }
+  }
+  be.synchronize();
+  for (const Step& s : steps) kv_.commit(s.seq_id, s.pos0 + static_cast<int64_t>(s.tokens.size()));
+  return Status::ok();
+}
+
+Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
+                               const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy) {
+  const bool graphs = opt_.use_graphs && !be_->host_memory();
+  if (!graphs) {
+    record_round(1, 1, seqs, /*direct=*/true, greedy);
+    return Status::ok();
+  }
+  GraphSlot& g = cache[seq_id];
+  if (g.graph && g.scratch_gen != scratch_gen_) g = GraphSlot{};
+  if (!g.graph && g.eager_runs < 1) {  // the first step runs eagerly: backend scratch settles
+    record_round(1, 1, seqs, /*direct=*/true, greedy);
+    ++g.eager_runs;
+    return Status::ok();
+  }
+  if (!g.graph) {
+    BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture([&] { record_round(1, 1, seqs, /*direct=*/true, greedy); }));
+    g.scratch_gen = scratch_gen_;
+  }
+  return g.graph->launch();
+}
+
+void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
+                         bool direct, bool greedy) {
+  const GptOssConfig& c = cfg_;
+  backend::Backend& be = *be_;
   float* x = x_->as<float>();        // (n_tok, n_embd) residual stream
   float* xn = xn_->as<float>();      // (n_tok, n_embd) normed
   float* q = q_->as<float>();        // (n_tok, n_head, head_dim)
@@ -183,57 +283,78 @@ Status Model::forward_round(std::span<const Step> steps) {
   const float* inv_freq = inv_freq_->as<float>();
 
   be.embed({.table = w_.token_embd, .tokens = tok_->as<int32_t>(), .n_tok = n_tok, .out = x});
-
-  std::vector<backend::AttnSeq> seqs(steps.size());
+  be.rms_norm({.x = x, .weight = w_.layers[0].attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
-    // ---- attention block ----
-    be.rms_norm({.x = x, .weight = L.attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
-    be.matmul({.w = L.wq, .bias = L.bq, .x = xn, .y = q, .n_tok = n_tok});
-    be.matmul({.w = L.wk, .bias = L.bk, .x = xn, .y = k, .n_tok = n_tok});
-    be.matmul({.w = L.wv, .bias = L.bv, .x = xn, .y = v, .n_tok = n_tok});
-    be.rope({.x = q, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
-             .n_heads = c.n_head, .head_dim = c.head_dim});
-    be.rope({.x = k, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
-             .n_heads = c.n_head_kv, .head_dim = c.head_dim});
-    for (size_t s = 0; s < steps.size(); ++s)
-      seqs[s] = kv_.view(steps[s].seq_id, il, tok0[s], steps[s].pos0, static_cast<int64_t>(steps[s].tokens.size()));
-    be.kv_store({.k = k, .v = v, .kv_type = kv_.type(), .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                 .seqs = seqs});
+    // ---- attention block (xn = attn_norm(x) on entry) ----
+    be.attn_qkv({.x = xn, .wq = L.wq, .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv, .q = q, .k = k,
+                 .v = v, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
+                 .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim, .kv_type = kv_.type(),
+                 .seqs = seqs[il]});
     be.attention({.q = q, .sinks = L.sinks, .out = attn, .kv_type = kv_.type(), .n_head = c.n_head,
                   .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                   .window = c.is_swa_layer(il) ? static_cast<int32_t>(c.n_swa) : 0,
-                  .scale = c.attn_scale(), .seqs = seqs});
+                  .scale = c.attn_scale(), .seqs = seqs[il], .pos = pos});
     be.matmul({.w = L.wo, .bias = L.bo, .x = attn, .y = proj, .n_tok = n_tok});
-    be.add({.y = x, .x = proj, .n = n_tok * c.n_embd});
     // ---- MoE block ----
-    be.rms_norm({.x = x, .weight = L.post_attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
+    be.add_rms_norm({.y = x, .x = proj, .weight = L.post_attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd,
+                     .eps = c.rms_eps});
     be.matmul({.w = L.router, .bias = L.router_b, .x = xn, .y = rlog, .n_tok = n_tok});
     be.router({.logits = rlog, .ids = rids, .weights = rw, .n_tok = n_tok, .n_expert = c.n_expert,
                .k = c.n_expert_used});
     be.moe({.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps, .down = L.down_exps,
             .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b, .out = proj, .n_tok = n_tok,
             .k = c.n_expert_used, .alpha = c.swiglu_alpha, .limit = c.swiglu_limit});
-    be.add({.y = x, .x = proj, .n = n_tok * c.n_embd});
-  }
-
-  if (n_out > 0) {
-    float* ox = out_x_->as<float>();      // (n_out, n_embd)
-    float* lg = logits_->as<float>();     // (n_out, n_vocab)
-    be.gather_rows({.x = x, .rows = out_rows_->as<int32_t>(), .out = ox, .n_rows = n_out, .n = c.n_embd});
-    be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
-    be.matmul({.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out});
-    be.synchronize();
-    int64_t row = 0;
-    for (const Step& s : steps) {
-      if (s.out_first < 0) continue;
-      const int64_t n = static_cast<int64_t>(s.tokens.size()) - s.out_first;
-      be.download(s.out_dst, lg + row * c.n_vocab, n * c.n_vocab * sizeof(float));
-      row += n;
+    if (il + 1 < c.n_layer) {  // residual add fused with the next layer's attn_norm
+      be.add_rms_norm({.y = x, .x = proj, .weight = w_.layers[il + 1].attn_norm, .out = xn, .n_rows = n_tok,
+                       .n = c.n_embd, .eps = c.rms_eps});
+    } else {
+      be.add({.y = x, .x = proj, .n = n_tok * c.n_embd});
     }
   }
-  be.synchronize();
-  for (const Step& s : steps) kv_.commit(s.seq_id, s.pos0 + static_cast<int64_t>(s.tokens.size()));
+  if (n_out <= 0) return;
+  float* ox = out_x_->as<float>();   // (n_out, n_embd)
+  float* lg = logits_->as<float>();  // (n_out, n_vocab)
+  if (direct) {  // the round's rows are the output rows (n_tok == n_out)
+    be.rms_norm({.x = x, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
+  } else {
+    be.gather_rows({.x = x, .rows = out_rows_->as<int32_t>(), .out = ox, .n_rows = n_out, .n = c.n_embd});
+    be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
+  }
+  be.matmul({.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out});
+  if (greedy) {
+    be.argmax({.x = lg, .out = tok_->as<int32_t>(), .n_rows = 1, .n = c.n_vocab, .pos = pos_->as<int32_t>(),
+               .history = history_->as<int32_t>()});
+  }
+}
+
+Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out) {
+  out.clear();
+  BRASS_ASSIGN_OR_RETURN(const int64_t len, kv_.length(seq_id));
+  if (token < 0 || token >= cfg_.n_vocab)
+    return Status::errorf("decode_greedy: sequence {}: token {} is outside the vocabulary [0, {})", seq_id, token,
+                          cfg_.n_vocab);
+  if (n_steps < 1) return Status::errorf("decode_greedy: n_steps must be >= 1, found {}", n_steps);
+  if (len + n_steps > kv_.n_ctx_max())
+    return Status::errorf("decode_greedy: sequence {}: {} + {} tokens exceed the context of {}", seq_id, len, n_steps,
+                          kv_.n_ctx_max());
+  BRASS_TRY(ensure_scratch(1, 1));
+  if (!history_) {
+    BRASS_ASSIGN_OR_RETURN(history_, be_->alloc((kv_.n_ctx_max() + 1) * sizeof(int32_t)));
+  }
+  const int32_t p0 = static_cast<int32_t>(len);
+  be_->upload(tok_->data(), &token, 4);
+  be_->upload(pos_->data(), &p0, 4);
+  std::vector<std::vector<backend::AttnSeq>> seqs(cfg_.n_layer, std::vector<backend::AttnSeq>(1));
+  for (int64_t i = 0; i < n_steps; ++i) {
+    BRASS_TRY(kv_.reserve(seq_id, len + i, 1));
+    for (int64_t il = 0; il < cfg_.n_layer; ++il) seqs[il][0] = kv_.view(seq_id, il, 0, len + i, 1);
+    BRASS_TRY(run_decode_round(greedy_graphs_, seq_id, seqs, /*greedy=*/true));
+    kv_.commit(seq_id, len + i + 1);
+  }
+  out.resize(n_steps);
+  be_->synchronize();
+  be_->download(out.data(), history_->as<int32_t>() + len + 1, n_steps * sizeof(int32_t));
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@ struct ModelOptions {
   int64_t n_ctx = 0;               // per-sequence context limit; 0: context_length
   int64_t max_chunk_tokens = 512;  // tokens per sequence per internal forward round
   bool yarn_rounded = false;       // llama.cpp's floor/ceil YaRN range (see rope.h)
+  bool use_graphs = true;          // capture single-token decode steps (backends that can)
 };
 
 // `tokens` sit at positions pos0 .. pos0 + size - 1; pos0 must equal the sequence's
@@ -58,6 +60,10 @@ class Model {
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& o = {});
   static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::Reader> reader,
                                              const ModelOptions& o = {});
+  // On a given backend (e.g. backend::make_cuda_backend()). Device backends get every
+  // weight through prepare_weight (copied once) and a device-resident KV cache.
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<gguf::Reader> reader, const ModelOptions& o,
+                                             std::unique_ptr<backend::Backend> be);
   ~Model();
 
   const GptOssConfig& config() const { return cfg_; }
@@ -69,13 +75,24 @@ class Model {
   std::string summary() const;
 
   Status add_sequence(int32_t seq_id) { return kv_.add_sequence(seq_id); }
-  Status remove_sequence(int32_t seq_id) { return kv_.remove_sequence(seq_id); }
+  Status remove_sequence(int32_t seq_id) {
+    fwd_graphs_.erase(seq_id);
+    greedy_graphs_.erase(seq_id);
+    return kv_.remove_sequence(seq_id);
+  }
   Status truncate_sequence(int32_t seq_id, int64_t n) { return kv_.truncate(seq_id, n); }
   Result<int64_t> sequence_length(int32_t seq_id) const { return kv_.length(seq_id); }
 
   // Run the batch. Invalid input (unknown sequence, wrong pos0, bad token id, context
   // overflow) is reported before anything is computed or any sequence changes.
   Status forward(std::span<const SeqChunk> batch, ForwardOutput& out);
+
+  // Greedy decoding of one sequence: feeds `token` at the sequence's current position,
+  // then each step's argmax, for n_steps steps; `out` gets the n_steps picked tokens.
+  // The argmax runs on the backend and feeds the next step directly (ArgmaxArgs
+  // feedback), so on a graph-capable backend each step is one graph launch and the host
+  // waits only once, at the end.
+  Status decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out);
 
  private:
   struct Step {  // one sub-chunk of one round
@@ -88,6 +105,20 @@ class Model {
   Model() = default;
   Status forward_round(std::span<const Step> steps);
   Status ensure_scratch(int64_t n_tok, int64_t n_out);
+  Status prepare_weights();
+  // Issue the ops of one round (no host sync): layers, then for n_out > 0 the output rows
+  // into logits_ (gathered through out_rows_ unless `direct`), then if `greedy` the
+  // argmax feedback into tok_ / pos_ / history_.
+  void record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
+                    bool direct, bool greedy);
+  struct GraphSlot {
+    std::unique_ptr<backend::Graph> graph;
+    int64_t eager_runs = 0;
+    uint64_t scratch_gen = 0;
+  };
+  // Run a single-token round of `seq_id` eagerly or through its cached graph.
+  Status run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
+                          const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy);
 
   std::unique_ptr<gguf::Reader> reader_;
   GptOssConfig cfg_;
@@ -100,7 +131,9 @@ class Model {
   // Scratch (backend memory), sized for the largest round so far.
   int64_t cap_tok_ = 0, cap_out_ = 0;
   std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_, tok_, pos_;
-  std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_;
+  std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_;
+  uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)
+  std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
 };
 
 }  // namespace brass::model

@@ -1,0 +1,67 @@
+#!/bin/bash
+# One device call for the CUDA backend (run from the repo root on the GPU machine):
+# configure + build the CUDA targets, run the parity tests, a compute-sanitizer memcheck
+# pass over a short subset, and the decode benchmark on a synthetic 20b written there.
+# Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
+# CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|ncu]...   (default: all but ncu)
+set -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+STAGES=${*:-build test memcheck bench}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$OUT/gpu.txt"
+PREFIX=()
+if [ ! -f /usr/include/fmt/core.h ] || [ ! -d /usr/include/CLI ] || [ ! -f /usr/include/gtest/gtest.h ] ||
+   [ ! -d /usr/include/nlohmann ]; then
+  mkdir -p /tmp/deps
+  for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+  PREFIX=(-DCMAKE_PREFIX_PATH=/tmp/deps/usr)
+  export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+fi
+B=build-dev
+# Layers that need packages the device lacks (cpp-httplib, PCRE2) are not configured
+# there: this is the device's throwaway copy of the tree, none of our targets need them.
+for f in $(grep -rl -E "httplib|PCRE2|pcre2" --include=CMakeLists.txt src 2>/dev/null); do
+  mv "$f" "$f.device-skipped"; echo "device: skipping $f"
+done
+for s in $STAGES; do
+  case $s in
+    build)
+      t0=$(date +%s)
+      cmake -S . -B $B -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+      cmake --build $B --target backend_cuda_tests cuda_decode_bench -j16 > "$OUT/build.log" 2>&1 ||
+        { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
+      grep -E "spill" "$OUT/build.log" | head -5
+      echo "build: $(( $(date +%s) - t0 )) s" ;;
+    test)
+      timeout 240 $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
+    memcheck)
+      timeout 150 compute-sanitizer --tool memcheck $B/tests/backend_cuda_tests \
+        --gtest_filter='*Moe*:*Router*:*Fused*:*Graph*:*Embed*:CudaModel.*F32*:CudaModel.Int8*' \
+        > "$OUT/memcheck.log" 2>&1
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.log" | head -10 ;;
+    bench)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      timeout 300 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 4096 ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" ;;
+    eager)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 0 --no-graphs 2>&1 | tee "$OUT/eager.log" | grep -E "tg128|tok/s" ;;
+    ncu)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      # One eager decode token (~290 launches) well after load; per-kernel time and DRAM bytes.
+      timeout 300 ncu --clock-control none --launch-skip 3000 --launch-count 300 --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum $B/bench/cuda_decode_bench \
+        "${SRC[@]}" --depth 0 --n-gen 16 --no-graphs > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+      echo "ncu rc=$?"
+      python3 bench/cuda_ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" ;;
+    ncu_detail)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      for k in ${NCU_KERNELS:-moe_gate_up_q8x_kernel moe_down_q8x_kernel attn_split_kernel}; do
+        timeout 120 ncu --clock-control none -k regex:$k --launch-skip 30 --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+          --section LaunchStats $B/bench/cuda_decode_bench "${SRC[@]}" --depth 0 --n-gen 16 --no-graphs \
+          > "$OUT/ncu_$k.txt" 2>&1
+        echo "== $k"; grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|L1/TEX Hit|Waves Per SM|Grid Size|Compute \(SM\)|Warp Cycles Per Issued|Stall|Shared Memory Configuration Size|Dynamic Shared" "$OUT/ncu_$k.txt" | head -20
+      done ;;
+  esac
+done

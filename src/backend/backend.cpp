@@ -1,0 +1,43 @@
+// Default implementations of the fused / extension ops of backend.h, composed of the
+// basic ops. They are the CPU twins of the fused CUDA kernels: any backend that does
+// not override an op gets exactly this composition.
+#include "backend/backend.h"
+
+namespace brass::backend {
+
+void Backend::add_rms_norm(const AddRmsNormArgs& a) {
+  add({.y = a.y, .x = a.x, .n = a.n_rows * a.n});
+  rms_norm({.x = a.y, .weight = a.weight, .out = a.out, .n_rows = a.n_rows, .n = a.n, .eps = a.eps});
+}
+
+void Backend::attn_qkv(const AttnQkvArgs& a) {
+  matmul({.w = a.wq, .bias = a.bq, .x = a.x, .y = a.q, .n_tok = a.n_tok});
+  matmul({.w = a.wk, .bias = a.bk, .x = a.x, .y = a.k, .n_tok = a.n_tok});
+  matmul({.w = a.wv, .bias = a.bv, .x = a.x, .y = a.v, .n_tok = a.n_tok});
+  rope({.x = a.q, .pos = a.pos, .inv_freq = a.inv_freq, .mscale = a.mscale, .n_tok = a.n_tok,
+        .n_heads = a.n_head, .head_dim = a.head_dim});
+  rope({.x = a.k, .pos = a.pos, .inv_freq = a.inv_freq, .mscale = a.mscale, .n_tok = a.n_tok,
+        .n_heads = a.n_head_kv, .head_dim = a.head_dim});
+  kv_store({.k = a.k, .v = a.v, .kv_type = a.kv_type, .n_head_kv = a.n_head_kv, .head_dim = a.head_dim,
+            .seqs = a.seqs, .pos = a.pos});
+}
+
+void Backend::argmax(const ArgmaxArgs& a) {
+  for (int64_t r = 0; r < a.n_rows; ++r) {
+    const float* x = a.x + r * a.n;
+    int64_t best = 0;
+    for (int64_t i = 1; i < a.n; ++i)
+      if (x[i] > x[best]) best = i;  // strict '>': the lower index wins ties
+    a.out[r] = static_cast<int32_t>(best);
+    if (a.pos) {
+      if (a.history) a.history[a.pos[r] + 1] = static_cast<int32_t>(best);
+      a.pos[r] += 1;
+    }
+  }
+}
+
+Result<std::unique_ptr<Graph>> Backend::capture(const std::function<void()>&) {
+  return Status::errorf("backend {}: graph capture is not supported", name());
+}
+
+}  // namespace brass::backend

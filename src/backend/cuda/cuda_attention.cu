@@ -1,0 +1,482 @@
+// CUDA attention path: KV store, flash-decoding attention with sinks and sliding
+// window, and the fused decode input block (q/k/v mat-vecs + biases + RoPE + KV store).
+//
+// Attention = split-K ("flash decoding"): grid (n_head_kv, n_splits, n_tok). The number
+// of splits depends only on the cache capacity, and each block derives its key range
+// from the query position read on the device, so a captured graph replays at any
+// depth. Inside a block, 4 warps take tiles of 32 keys: for the scores a lane owns a
+// key (q of the group's n_rep heads sits in shared memory, pre-scaled); for the values
+// a lane owns head dimensions. Online softmax per warp (running max, rescaled sums),
+// then the warps merge in shared memory and write one partial (m, l, acc) per split;
+// a combine kernel merges the splits with the sink logit (max and denominator only).
+#include <algorithm>
+#include <cfloat>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace brass::backend::cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxRep = 8;
+
+__device__ __forceinline__ float load_kv(const float* p) { return *p; }
+__device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
+
+struct AttnParams {
+  const float* q;        // seq's first token row
+  float* partial;        // (n_tok, n_head, n_splits, D + 2)
+  const void* k;
+  const void* v;
+  const int32_t* pos;    // seq's first token position in device memory, or null
+  int32_t pos0;
+  int32_t capacity;
+  int32_t window;
+  int32_t ring;
+  int32_t n_splits;
+  int32_t n_head;
+  int32_t n_head_kv;
+  float scale;
+};
+
+// Row of 8 consecutive K elements as floats.
+__device__ __forceinline__ void load8(const __half* p, float* f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __half22float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+template <int D, class KV>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnParams p) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  constexpr int kDL = (D + kWarp - 1) / kWarp;  // dims per lane in the V phase
+  const int g = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  __shared__ __align__(16) float qs[kMaxRep][D];
+  __shared__ float pw[kAttnWarps][kMaxRep][kWarp];
+  __shared__ float wm[kAttnWarps][kMaxRep], wl[kAttnWarps][kMaxRep];
+  __shared__ float wacc[kAttnWarps][kMaxRep][D];
+
+  const int32_t pq = p.pos ? p.pos[t] : p.pos0 + t;
+  const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
+  const int32_t n_keys = pq - lo + 1;
+  const int32_t per = (n_keys + p.n_splits - 1) / p.n_splits;
+  const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
+
+  for (int i = threadIdx.x; i < n_rep * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    qs[r][d] = p.q[(static_cast<int64_t>(t) * p.n_head + g * n_rep + r) * D + d] * p.scale;
+  }
+  __syncthreads();
+
+  const int64_t kv_row = static_cast<int64_t>(p.n_head_kv) * D;
+  const KV* kb = static_cast<const KV*>(p.k) + g * D;
+  const KV* vb = static_cast<const KV*>(p.v) + g * D;
+  float m[kMaxRep], l[kMaxRep], acc[kMaxRep][kDL];
+#pragma unroll
+  for (int r = 0; r < kMaxRep; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kDL; ++i) acc[r][i] = 0.f;
+  }
+
+  for (int32_t kt = k0 + warp * kWarp; kt < k1; kt += kAttnWarps * kWarp) {
+    const int32_t j = kt + lane;
+    const bool valid = j < k1;
+    float s[kMaxRep];
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r) s[r] = 0.f;
+    if (valid) {
+      const int64_t slot = p.ring ? j % p.capacity : j;
+      const KV* kr = kb + slot * kv_row;
+#pragma unroll
+      for (int c = 0; c < D; c += 8) {
+        float kf[8];
+        load8(kr + c, kf);
+#pragma unroll
+        for (int r = 0; r < kMaxRep; ++r) {
+          if (r < n_rep) {
+            const float4 qa = *reinterpret_cast<const float4*>(&qs[r][c]);
+            const float4 qb = *reinterpret_cast<const float4*>(&qs[r][c + 4]);
+            s[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                    qb.z * kf[6] + qb.w * kf[7];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r) {
+      if (r >= n_rep) break;
+      const float sv = valid ? s[r] : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(sv));
+      const float corr = __expf(m[r] - m_new);  // m = -inf: 0
+      const float pr = valid ? __expf(sv - m_new) : 0.f;
+      l[r] = l[r] * corr + warp_sum(pr);
+      m[r] = m_new;
+#pragma unroll
+      for (int i = 0; i < kDL; ++i) acc[r][i] *= corr;
+      pw[warp][r][lane] = pr;
+    }
+    __syncwarp();
+    const int nv = min(kWarp, k1 - kt);
+    // V rows in batches of 8, all loads issued before the FMAs (the loop was one
+    // dependent global load per key: latency-bound at depth).
+    for (int jj0 = 0; jj0 < nv; jj0 += 8) {
+      float vv[8][kDL];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int jj = jj0 + u;
+        const int64_t slot = p.ring ? (kt + jj) % p.capacity : (kt + jj);
+        const KV* vr = vb + slot * kv_row;
+#pragma unroll
+        for (int i = 0; i < kDL; ++i) {
+          const int d = lane + i * kWarp;
+          vv[u][i] = (jj < nv && d < D) ? load_kv(vr + d) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (jj0 + u >= nv) break;
+#pragma unroll
+        for (int r = 0; r < kMaxRep; ++r) {
+          if (r < n_rep) {
+            const float w = pw[warp][r][jj0 + u];
+#pragma unroll
+            for (int i = 0; i < kDL; ++i) acc[r][i] += w * vv[u][i];
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+  // Merge the warps of the block.
+#pragma unroll
+  for (int r = 0; r < kMaxRep; ++r) {
+    if (r < n_rep) {
+      if (lane == 0) {
+        wm[warp][r] = m[r];
+        wl[warp][r] = l[r];
+      }
+#pragma unroll
+      for (int i = 0; i < kDL; ++i) {
+        const int d = lane + i * kWarp;
+        if (d < D) wacc[warp][r][d] = acc[r][i];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_rep * (D + 2); i += blockDim.x) {
+    const int r = i / (D + 2), e = i % (D + 2);
+    float M = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, wm[w][r]);
+    float v = 0.f;
+    if (e == 0) {
+      v = M;
+    } else {
+      for (int w = 0; w < kAttnWarps; ++w) {
+        if (wm[w][r] == -INFINITY) continue;
+        const float f = __expf(wm[w][r] - M);
+        v += f * (e == 1 ? wl[w][r] : wacc[w][r][e - 2]);
+      }
+    }
+    const int h = g * n_rep + r;
+    p.partial[((static_cast<int64_t>(t) * p.n_head + h) * p.n_splits + split) * (D + 2) + e] = v;
+  }
+}
+
+// grid (n_tok, n_head), D threads: merge the splits and the sink.
+template <int D>
+__global__ void attn_combine_kernel(const float* __restrict__ partial, const float* __restrict__ sinks,
+                                    float* out, int n_head, int n_splits) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const float* pp = partial + (static_cast<int64_t>(t) * n_head + h) * n_splits * (D + 2);
+  float M = sinks ? sinks[h] : -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+  float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float ms = pp[s * (D + 2)];
+    if (ms == -INFINITY) continue;
+    const float f = __expf(ms - M);
+    den += f * pp[s * (D + 2) + 1];
+    num += f * pp[s * (D + 2) + 2 + d];
+  }
+  out[(static_cast<int64_t>(t) * n_head + h) * D + d] = num / den;
+}
+
+// Splits depend only on the capacity (fixed for a captured graph): about one 128-key
+// block of work per split at full depth, at most 64 (the combine reads every split).
+int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1, 64); }
+
+template <class KV>
+__global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, KV* kc, KV* vc,
+                                const int32_t* pos, int32_t pos0, int32_t capacity, int32_t ring, int64_t row) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int t = blockIdx.x;
+  const int32_t pp = pos ? pos[t] : pos0 + t;
+  const int64_t slot = ring ? pp % capacity : pp;
+  for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
+    store_kv(kc + slot * row + e, k[t * row + e]);
+    store_kv(vc + slot * row + e, v[t * row + e]);
+  }
+}
+
+struct QkvParams {
+  DevW wq, wk, wv;
+  const float* bq;
+  const float* bk;
+  const float* bv;
+  const float* x;
+  float* q;
+  float* k;
+  float* v;
+  const int32_t* pos;   // (n_tok) of this launch's tokens
+  const float* inv_freq;
+  void* kc;
+  void* vc;
+  int64_t n_tok;
+  float mscale;
+  int32_t n_head, n_head_kv, head_dim, capacity, ring;
+};
+
+constexpr int kQkvTok = 4;
+
+// One warp per (head, pair j): rows j and j + half of that head's q, k or v, for up to
+// kQkvTok tokens; then bias, RoPE (q, k) and the cache store (k, v).
+// QX: int8 activations (cuda_common.cuh), quantized per block into shared memory.
+template <int TYPE, class KV, bool QX>
+__global__ void __launch_bounds__(256) qkv_kernel(QkvParams p) {
+  __shared__ float lut[16];
+  extern __shared__ __align__(16) uint8_t qsm[];
+  if constexpr (TYPE == kMX && !QX) {
+    load_mx_lut(lut);
+    __syncthreads();
+  }
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kQkvTok;
+  const int nt = static_cast<int>(min(static_cast<int64_t>(kQkvTok), p.n_tok - t0));
+  const int nx = static_cast<int>(p.wq.n_in);
+  {  // prefetch this warp's two weight rows (static) while the previous kernel finishes
+    const int half_ = p.head_dim / 2;
+    const int64_t u = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (QX && blockIdx.y == 0 && threadIdx.x % kWarp < 2 && u < static_cast<int64_t>(p.n_head + 2 * p.n_head_kv) * half_) {
+      int h = static_cast<int>(u / half_);
+      const DevW* wp = &p.wq;
+      if (h >= p.n_head + p.n_head_kv) { h -= p.n_head + p.n_head_kv; wp = &p.wv; }
+      else if (h >= p.n_head) { h -= p.n_head; wp = &p.wk; }
+      const int64_t r = static_cast<int64_t>(h) * p.head_dim + u % half_ + (threadIdx.x % kWarp) * half_;
+      const int64_t rb = TYPE == kQ8 ? nx : nx / 2;
+      prefetch_l2(wp->q + r * rb, rb);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  int8_t* xq = reinterpret_cast<int8_t*>(qsm);
+  float* xd = reinterpret_cast<float*>(qsm + kQkvTok * nx);
+  if constexpr (QX) {
+    for (int t = 0; t < nt; ++t) quantize_x_smem<TYPE == kMX>(p.x + (t0 + t) * nx, nx, xq + t * nx, xd + t * (nx / 32));
+    __syncthreads();
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int half = p.head_dim / 2;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + warp;
+  const int64_t n_units = static_cast<int64_t>(p.n_head + 2 * p.n_head_kv) * half;
+  if (unit >= n_units) return;
+  int hh = static_cast<int>(unit / half);
+  const int j = static_cast<int>(unit % half);
+  int kind;  // 0 q, 1 k, 2 v
+  const DevW* w;
+  const float* bias;
+  float* dst;
+  int nh;
+  if (hh < p.n_head) {
+    kind = 0; w = &p.wq; bias = p.bq; dst = p.q; nh = p.n_head;
+  } else if (hh < p.n_head + p.n_head_kv) {
+    kind = 1; hh -= p.n_head; w = &p.wk; bias = p.bk; dst = p.k; nh = p.n_head_kv;
+  } else {
+    kind = 2; hh -= p.n_head + p.n_head_kv; w = &p.wv; bias = p.bv; dst = p.v; nh = p.n_head_kv;
+  }
+  const int64_t r0 = static_cast<int64_t>(hh) * p.head_dim + j, r1 = r0 + half;
+  float a0[kQkvTok] = {0, 0, 0, 0}, a1[kQkvTok] = {0, 0, 0, 0};
+  if constexpr (QX) {
+#pragma unroll
+    for (int t = 0; t < kQkvTok; ++t) {
+      if (t < nt) {
+        row_dot2_q8x<TYPE>(*w, r0, *w, r1, xq + t * nx, xd + t * (nx / 32), lane, a0[t], a1[t]);
+      }
+    }
+  } else {
+    const float* x = p.x + t0 * w->n_in;
+    row_dot<TYPE, kQkvTok>(*w, r0, x, nt, a0, lane, kWarp, lut);
+    row_dot<TYPE, kQkvTok>(*w, r1, x, nt, a1, lane, kWarp, lut);
+  }
+#pragma unroll
+  for (int t = 0; t < kQkvTok; ++t) {
+    a0[t] = warp_sum(a0[t]);
+    a1[t] = warp_sum(a1[t]);
+  }
+  if (lane >= nt) return;
+  // lane t writes token t (registers indexed by compile-time t only).
+#pragma unroll
+  for (int t = 0; t < kQkvTok; ++t) {
+    if (t != lane) continue;
+    float x0 = a0[t] + (bias ? bias[r0] : 0.f), x1 = a1[t] + (bias ? bias[r1] : 0.f);
+    const int32_t pp = p.pos[t0 + t];
+    if (kind < 2) {
+      float s, c;
+      sincosf(static_cast<float>(pp) * p.inv_freq[j], &s, &c);
+      c *= p.mscale;
+      s *= p.mscale;
+      const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+      x0 = y0;
+      x1 = y1;
+    }
+    const int64_t row = static_cast<int64_t>(nh) * p.head_dim;
+    dst[(t0 + t) * row + r0] = x0;
+    dst[(t0 + t) * row + r1] = x1;
+    if (kind > 0) {
+      const int64_t slot = p.ring ? pp % p.capacity : pp;
+      KV* c = static_cast<KV*>(kind == 1 ? p.kc : p.vc);
+      store_kv(c + slot * row + r0, x0);
+      store_kv(c + slot * row + r1, x1);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_kv_store(const KvStoreP& a, cudaStream_t st) {
+  const int64_t row = a.n_head_kv * a.head_dim;
+  for (const SeqP& s : a.seqs) {
+    if (s.n_tok <= 0) continue;
+    const int32_t* pos = a.pos ? a.pos + s.tok0 : nullptr;
+    const float* k = a.k + s.tok0 * row;
+    const float* v = a.v + s.tok0 * row;
+    const unsigned grid = static_cast<unsigned>(s.n_tok);
+    if (a.kv_type == DType::F16)
+      kv_store_kernel<__half><<<grid, 256, 0, st>>>(k, v, static_cast<__half*>(s.k), static_cast<__half*>(s.v), pos,
+                                                    s.pos0, s.capacity, s.ring, row);
+    else
+      kv_store_kernel<float><<<grid, 256, 0, st>>>(k, v, static_cast<float*>(s.k), static_cast<float*>(s.v), pos,
+                                                   s.pos0, s.capacity, s.ring, row);
+    BRASS_CUDA_LAUNCHED();
+  }
+}
+
+int64_t attention_scratch_floats(const AttentionP& a) {
+  int64_t need = 0;
+  for (const SeqP& s : a.seqs)
+    need = std::max<int64_t>(need, s.n_tok * a.n_head * n_splits_for(s.capacity) * (a.head_dim + 2));
+  return need;
+}
+
+template <int D>
+static void attention_d(const AttentionP& a, float* partial, cudaStream_t st) {
+  for (const SeqP& s : a.seqs) {
+    if (s.n_tok <= 0) continue;
+    AttnParams p;
+    p.q = a.q + s.tok0 * a.n_head * D;
+    p.partial = partial;
+    p.k = s.k;
+    p.v = s.v;
+    p.pos = a.pos ? a.pos + s.tok0 : nullptr;
+    p.pos0 = s.pos0;
+    p.capacity = s.capacity;
+    p.window = a.window;
+    p.ring = s.ring;
+    p.n_splits = n_splits_for(s.capacity);
+    p.n_head = static_cast<int32_t>(a.n_head);
+    p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
+    p.scale = a.scale;
+    dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits), static_cast<unsigned>(s.n_tok));
+    if (a.kv_type == DType::F16)
+      attn_split_kernel<D, __half><<<grid, kAttnWarps * kWarp, 0, st>>>(p);
+    else
+      attn_split_kernel<D, float><<<grid, kAttnWarps * kWarp, 0, st>>>(p);
+    BRASS_CUDA_LAUNCHED();
+    dim3 cgrid(static_cast<unsigned>(s.n_tok), static_cast<unsigned>(a.n_head));
+    attn_combine_kernel<D><<<cgrid, D, 0, st>>>(partial, a.sinks, a.out + s.tok0 * a.n_head * D,
+                                                static_cast<int>(a.n_head), p.n_splits);
+    BRASS_CUDA_LAUNCHED();
+  }
+}
+
+void launch_attention(const AttentionP& a, float* partial, cudaStream_t st) {
+  if (a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) {
+    std::fprintf(stderr, "cuda attention: n_head / n_head_kv = %lld / %lld is not supported (max %d)\n",
+                 static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv), kMaxRep);
+    std::abort();
+  }
+  switch (a.head_dim) {
+    case 16: attention_d<16>(a, partial, st); break;
+    case 32: attention_d<32>(a, partial, st); break;
+    case 64: attention_d<64>(a, partial, st); break;
+    case 128: attention_d<128>(a, partial, st); break;
+    default:
+      std::fprintf(stderr, "cuda attention: head_dim %lld is not supported (16, 32, 64, 128)\n",
+                   static_cast<long long>(a.head_dim));
+      std::abort();
+  }
+}
+
+bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st) {
+  if (a.seqs.size() != 1 || a.wq.type != a.wk.type || a.wq.type != a.wv.type || a.wq.n_in != a.wk.n_in || a.head_dim % 2 != 0 ||
+      a.pos == nullptr || a.n_tok <= 0)
+    return false;
+  const SeqP& s = a.seqs[0];
+  if (s.tok0 != 0 || s.n_tok != a.n_tok) return false;
+  QkvParams p;
+  p.wq = a.wq;
+  p.wk = a.wk;
+  p.wv = a.wv;
+  p.bq = a.bq; p.bk = a.bk; p.bv = a.bv;
+  p.x = a.x; p.q = a.q; p.k = a.k; p.v = a.v;
+  p.pos = a.pos;
+  p.inv_freq = a.inv_freq;
+  p.kc = s.k;
+  p.vc = s.v;
+  p.n_tok = a.n_tok;
+  p.mscale = a.mscale;
+  p.n_head = static_cast<int32_t>(a.n_head);
+  p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
+  p.head_dim = static_cast<int32_t>(a.head_dim);
+  p.capacity = s.capacity;
+  p.ring = s.ring;
+  const int64_t units = (a.n_head + 2 * a.n_head_kv) * (a.head_dim / 2);
+  dim3 grid(static_cast<unsigned>((units + 7) / 8), static_cast<unsigned>((a.n_tok + kQkvTok - 1) / kQkvTok));
+  const bool f16 = a.kv_type == DType::F16;
+  const bool qx = a.q8x && q8x_supported(a.wq);
+  const size_t sm = qx ? static_cast<size_t>(kQkvTok) * (a.wq.n_in + a.wq.n_in / 32 * 4) : 0;
+#define BRASS_QKV(T, QX)                                                        \
+  if (f16) launch_pdl(qkv_kernel<T, __half, QX>, grid, dim3(256), sm, st, p);   \
+  else launch_pdl(qkv_kernel<T, float, QX>, grid, dim3(256), sm, st, p);
+  switch (p.wq.type) {
+    case kF32: BRASS_QKV(kF32, false) break;
+    case kF16: BRASS_QKV(kF16, false) break;
+    case kBF16: BRASS_QKV(kBF16, false) break;
+    case kQ8:
+      if (qx) { BRASS_QKV(kQ8, true) } else { BRASS_QKV(kQ8, false) }
+      break;
+    default:
+      if (qx) { BRASS_QKV(kMX, true) } else { BRASS_QKV(kMX, false) }
+      break;
+  }
+#undef BRASS_QKV
+  BRASS_CUDA_LAUNCHED();
+  return true;
+}
+
+}  // namespace brass::backend::cuda

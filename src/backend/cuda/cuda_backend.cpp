@@ -1,0 +1,325 @@
+// CudaBackend: the Backend interface on one non-blocking CUDA stream. Owns the device
+// buffers it hands out, the prepared (uploaded, re-laid-out) weights, the op scratch
+// (attention partials, MoE activations, argmax partials) and the graph capture.
+//
+// Scratch buffers only grow, and replaced ones are kept until the backend dies: a
+// captured graph holds raw pointers, so nothing it may reference is ever freed early.
+// Weight upload: the host bytes (usually the GGUF mmap) go through two pinned staging
+// buffers (memcpy into one while the DMA drains the other); Q8_0 / MXFP4 matrices land
+// in a device staging buffer and a repack kernel writes the split layout.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace brass::backend {
+namespace {
+
+using namespace cuda;
+
+DevW dev_weight(const WeightView& w) {
+  DevW d;
+  d.n_in = w.ne[0];
+  d.ne1 = w.ne[1];
+  d.rows = w.ne[1] * w.ne[2] * w.ne[3];
+  d.q = static_cast<const uint8_t*>(w.data);
+  const bool al16 = reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  switch (w.type) {
+    case DType::F32: d.type = kF32; d.vec = d.n_in % 4 == 0 && al16; break;
+    case DType::F16: d.type = kF16; d.vec = d.n_in % 8 == 0 && al16; break;
+    case DType::BF16: d.type = kBF16; d.vec = d.n_in % 8 == 0 && al16; break;
+    case DType::Q8_0:
+      d.type = kQ8;
+      d.s = d.q + split_scale_offset(d.rows * d.n_in);
+      d.vec = true;
+      break;
+    case DType::MXFP4:
+      d.type = kMX;
+      d.s = d.q + split_scale_offset(d.rows * d.n_in / 2);
+      d.vec = true;
+      break;
+    default:
+      BRASS_CHECK_MSG(false, "cuda backend: weight type {} is not supported", dtype_name(w.type));
+  }
+  return d;
+}
+
+std::vector<SeqP> seq_params(std::span<const AttnSeq> seqs) {
+  std::vector<SeqP> out(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    out[i] = SeqP{seqs[i].tok0, seqs[i].n_tok, seqs[i].pos0, seqs[i].k, seqs[i].v, seqs[i].capacity, seqs[i].ring};
+  return out;
+}
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(void* p, size_t n) : p_(p), n_(n) {}
+  ~CudaBuffer() override { cudaFree(p_); }
+  void* data() override { return p_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
+
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(cudaGraphExec_t e, cudaStream_t st) : exec_(e), st_(st) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  Status launch() override {
+    const cudaError_t e = cudaGraphLaunch(exec_, st_);
+    if (e != cudaSuccess) return Status::errorf("cuda: graph launch failed: {}", cudaGetErrorString(e));
+    return Status::ok();
+  }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t st_;
+};
+
+// A device scratch area that only grows; old areas stay alive (see the file comment).
+struct Scratch {
+  std::vector<void*> all;
+  void* cur = nullptr;
+  size_t bytes = 0;
+  void* get(size_t need) {
+    if (need > bytes) {
+      void* p = nullptr;
+      const size_t n = std::max(need, bytes * 2);
+      BRASS_CUDA_CHECK(cudaMalloc(&p, n));
+      BRASS_CUDA_CHECK(cudaMemset(p, 0, n));
+      all.push_back(p);
+      cur = p;
+      bytes = n;
+    }
+    return cur;
+  }
+  ~Scratch() {
+    for (void* p : all) cudaFree(p);
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, bool q8x) : device_(device), q8x_(q8x) {
+    BRASS_CUDA_CHECK(cudaSetDevice(device));
+    BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    cudaDeviceProp prop{};
+    BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)");
+    const char* pdl = std::getenv("BRASS_CUDA_PDL");  // 0: plain launches (no overlap)
+    set_pdl(!(pdl && std::string(pdl) == "0"));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(st_);
+    for (void* p : weights_) cudaFree(p);
+    for (void* p : pinned_) cudaFreeHost(p);
+    cudaStreamDestroy(st_);
+  }
+
+  std::string name() const override { return name_; }
+  bool host_memory() const override { return false; }
+  bool supports_weight_type(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::MXFP4;
+  }
+
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) return Status::errorf("cuda backend: cannot allocate {} bytes: {}", bytes, cudaGetErrorString(e));
+    return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(p, bytes));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st_));
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st_));
+    BRASS_CUDA_CHECK(cudaStreamSynchronize(st_));
+  }
+  void synchronize() override { BRASS_CUDA_CHECK(cudaStreamSynchronize(st_)); }
+
+  Result<WeightView> prepare_weight(const WeightView& host) override {
+    if (!supports_weight_type(host.type))
+      return Status::errorf("cuda backend: weight type {} is not supported (f32, f16, bf16, q8_0, mxfp4)",
+                            dtype_name(host.type));
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t rows = host.ne[1] * host.ne[2] * host.ne[3];
+    const int64_t bytes = host.row_bytes() * rows;
+    const bool split = host.type == DType::Q8_0 || host.type == DType::MXFP4;
+    int64_t dev_bytes = bytes;
+    if (split) {
+      const int64_t qs = host.type == DType::Q8_0 ? rows * host.ne[0] : rows * host.ne[0] / 2;
+      dev_bytes = split_scale_offset(qs) + rows * (host.ne[0] / 32) * (host.type == DType::Q8_0 ? 2 : 1);
+    }
+    void* dst = nullptr;
+    cudaError_t e = cudaMalloc(&dst, std::max<int64_t>(dev_bytes, 1));
+    if (e != cudaSuccess)
+      return Status::errorf("cuda backend: cannot allocate {} bytes for a weight: {}", dev_bytes, cudaGetErrorString(e));
+    weights_.push_back(dst);
+    uint8_t* land = static_cast<uint8_t*>(dst);
+    if (split) land = static_cast<uint8_t*>(stage_dev_.get(static_cast<size_t>(bytes)));
+    BRASS_TRY(staged_copy(land, static_cast<const uint8_t*>(host.data), bytes));
+    if (split) launch_repack(host.type, land, static_cast<uint8_t*>(dst), host.ne[0], rows, st_);
+    e = cudaStreamSynchronize(st_);
+    if (e != cudaSuccess) return Status::errorf("cuda backend: weight upload failed: {}", cudaGetErrorString(e));
+    upload_bytes_ += bytes;
+    upload_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    WeightView out = host;
+    out.data = dst;
+    return out;
+  }
+
+  void embed(const EmbedArgs& a) override { launch_embed({dev_weight(a.table), a.tokens, a.n_tok, a.out}, st_); }
+  void rms_norm(const RmsNormArgs& a) override {
+    launch_rms_norm({const_cast<float*>(a.x), nullptr, a.weight, a.out, a.n_rows, a.n, a.eps}, false, st_);
+  }
+  void matmul(const MatmulArgs& a) override {
+    const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
+    if (q8x_ && q8x_supported(p.w))
+      launch_matmul_q8x(p, st_);
+    else
+      launch_matmul(p, st_);
+  }
+  void rope(const RopeArgs& a) override {
+    launch_rope({a.x, a.pos, a.inv_freq, a.mscale, a.n_tok, a.n_heads, a.head_dim}, st_);
+  }
+  void kv_store(const KvStoreArgs& a) override {
+    const auto seqs = seq_params(a.seqs);
+    launch_kv_store({a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos}, st_);
+  }
+  void attention(const AttentionArgs& a) override {
+    const auto seqs = seq_params(a.seqs);
+    const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, seqs, a.pos};
+    float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
+    launch_attention(p, partial, st_);
+  }
+  void router(const RouterArgs& a) override {
+    launch_router({a.logits, a.ids, a.weights, a.n_tok, a.n_expert, a.k}, st_);
+  }
+  void moe(const MoeArgs& a) override {
+    float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
+    const MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
+                 a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+    if (q8x_ && moe_q8x_supported(p))
+      launch_moe_q8x(p, act, st_);
+    else
+      launch_moe(p, act, st_);
+  }
+  void add(const AddArgs& a) override { launch_add({a.y, a.x, a.n}, st_); }
+  void gather_rows(const GatherRowsArgs& a) override { launch_gather_rows({a.x, a.rows, a.out, a.n_rows, a.n}, st_); }
+  void add_rms_norm(const AddRmsNormArgs& a) override {
+    launch_rms_norm({a.y, a.x, a.weight, a.out, a.n_rows, a.n, a.eps}, true, st_);
+  }
+  void attn_qkv(const AttnQkvArgs& a) override {
+    const auto seqs = seq_params(a.seqs);
+    const bool fused = supports_weight_type(a.wq.type) && supports_weight_type(a.wk.type) &&
+                       supports_weight_type(a.wv.type) &&
+                       launch_attn_qkv({a.x, dev_weight(a.wq), dev_weight(a.wk), dev_weight(a.wv), a.bq, a.bk, a.bv,
+                                        a.q, a.k, a.v, a.pos, a.inv_freq, a.mscale, a.n_tok, a.n_head, a.n_head_kv,
+                                        a.head_dim, a.kv_type, seqs, q8x_},
+                                       st_);
+    if (!fused) Backend::attn_qkv(a);
+  }
+  void argmax(const ArgmaxArgs& a) override {
+    void* partial = argmax_partial_.get(a.n_rows * kArgmaxBlocks * 8);
+    unsigned* counter = static_cast<unsigned*>(argmax_counter_.get(a.n_rows * sizeof(unsigned)));
+    launch_argmax({a.x, a.out, a.n_rows, a.n, a.pos, a.history}, partial, counter, st_);
+  }
+
+  Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record) override {
+    cudaError_t e = cudaStreamBeginCapture(st_, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) return Status::errorf("cuda: begin capture: {}", cudaGetErrorString(e));
+    record();
+    cudaGraph_t g = nullptr;
+    e = cudaStreamEndCapture(st_, &g);
+    if (e != cudaSuccess) return Status::errorf("cuda: end capture: {}", cudaGetErrorString(e));
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return Status::errorf("cuda: graph instantiate: {}", cudaGetErrorString(e));
+    return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, st_));
+  }
+
+  CudaUploadStats stats() const { return {upload_bytes_, upload_seconds_}; }
+
+ private:
+  // host -> device through two pinned buffers of kStage bytes.
+  Status staged_copy(uint8_t* dst, const uint8_t* src, int64_t bytes) {
+    constexpr int64_t kStage = 64 << 20;
+    if (pinned_.empty()) {
+      for (int i = 0; i < 2; ++i) {
+        void* p = nullptr;
+        const cudaError_t e = cudaHostAlloc(&p, kStage, cudaHostAllocDefault);
+        if (e != cudaSuccess) return Status::errorf("cuda: pinned staging: {}", cudaGetErrorString(e));
+        pinned_.push_back(p);
+        cudaEvent_t ev;
+        BRASS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        stage_ev_.push_back(ev);
+      }
+    }
+    int which = 0;
+    for (int64_t off = 0; off < bytes; off += kStage, which ^= 1) {
+      const int64_t n = std::min(kStage, bytes - off);
+      BRASS_CUDA_CHECK(cudaEventSynchronize(stage_ev_[which]));  // that buffer's last DMA is done
+      std::memcpy(pinned_[which], src + off, static_cast<size_t>(n));
+      BRASS_CUDA_CHECK(cudaMemcpyAsync(dst + off, pinned_[which], n, cudaMemcpyHostToDevice, st_));
+      BRASS_CUDA_CHECK(cudaEventRecord(stage_ev_[which], st_));
+    }
+    return Status::ok();
+  }
+
+  int device_;
+  bool q8x_;
+  std::string name_;
+  cudaStream_t st_ = nullptr;
+  std::vector<void*> weights_, pinned_;
+  std::vector<cudaEvent_t> stage_ev_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_;
+  int64_t upload_bytes_ = 0;
+  double upload_seconds_ = 0.0;
+};
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(e)
+                                     : std::string("no CUDA device present");
+    cudaGetLastError();  // clear the sticky-free error state
+    return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) {
+  std::string why;
+  if (!cuda_available(&why)) return Status::errorf("cuda backend: {}", why);
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (o.device < 0 || o.device >= n)
+    return Status::errorf("cuda backend: device {} does not exist ({} found)", o.device, n);
+  const char* exact = std::getenv("BRASS_CUDA_EXACT");
+  const bool q8x = o.int8_activations && !(exact && std::string(exact) == "1");
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x));
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  CudaBackendOptions o;
+  o.device = device;
+  return make_cuda_backend(o);
+}
+
+CudaUploadStats cuda_upload_stats(const Backend& b) {
+  if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->stats();
+  return {};
+}
+
+}  // namespace brass::backend

@@ -1,0 +1,42 @@
+// The CUDA backend (backend/cuda): every op of backend.h on one CUDA stream, plus the
+// fused decode ops (add_rms_norm, attn_qkv, argmax with greedy feedback) and CUDA-graph
+// capture. Weights are copied to the device once by prepare_weight (pinned staging) and
+// re-laid out for 16-byte loads: Q8_0 and MXFP4 matrices become "split" tensors, all
+// quants of all rows first, then all scales (see cuda_common.cuh). Supported weight
+// types: F32, F16, BF16, Q8_0, MXFP4. Built only when nvcc is found (BRASS_HAVE_CUDA).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace brass::backend {
+
+// Whether a CUDA device can be used (driver present, >= 1 device). `why` gets the reason
+// when not (tests print it with GTEST_SKIP).
+bool cuda_available(std::string* why = nullptr);
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Q8_0 / MXFP4 mat-vecs (dense, fused QKV, MoE) quantize their activations to int8
+  // per 32 elements (exactly as quant::quantize_row(Q8_0)) and use dp4a: several times
+  // faster; results equal the reference op on the quantized activations. false: f32
+  // activations, results equal the reference op to f32 rounding. The environment
+  // variable BRASS_CUDA_EXACT=1 forces false.
+  bool int8_activations = true;
+};
+
+// A CUDA backend. Fails when no device is usable.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
+
+// Upload statistics of a CUDA backend (bytes through prepare_weight and seconds spent).
+struct CudaUploadStats {
+  int64_t bytes = 0;
+  double seconds = 0.0;
+};
+CudaUploadStats cuda_upload_stats(const Backend& b);
+
+}  // namespace brass::backend

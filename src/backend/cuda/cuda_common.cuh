@@ -1,0 +1,354 @@
+// Device-side pieces shared by the CUDA backend's kernels: warp reductions, the weight
+// row dot products of every supported type (16-byte loads), the MXFP4 table.
+//
+// Device weight layouts (made by prepare_weight, read by every kernel):
+// - F32 / F16 / BF16: the ggml layout unchanged (rows of ne[0] elements).
+// - Q8_0 "split": int8 quants [rows][n_in], then (at a 256-byte aligned offset)
+//   f16 scales [rows][n_in / 32]. Rows of quants are 16-byte aligned (n_in % 32 == 0),
+//   so a thread reads 16 quants with one 16-byte load.
+// - MXFP4 "split": packed nibbles [rows][n_in / 2] (a block's 16 bytes, low nibble =
+//   element j, high = j + 16, as in ggml), then E8M0 exponents [rows][n_in / 32].
+// rows = ne[1] * ne[2] * ne[3] (experts stacked).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace brass::backend::cuda {
+
+inline constexpr int kWarp = 32;
+
+// ---- programmatic dependent launch (PDL) ----
+// The weight-streaming kernels are launched with programmatic stream serialization: their
+// blocks may start while the previous kernel still runs, prefetch their (static) weight
+// bytes into L2, and only then wait (pdl_wait) for the previous kernel's results. Every
+// kernel calls pdl_trigger once it no longer needs to hold back its dependents: at its
+// start, or right after its own pdl_wait. Because triggers come after waits, when a
+// kernel's pre-wait code runs, every kernel before its predecessor has completed (so
+// e.g. the MoE down kernel may read the router's expert ids before its wait).
+// Both instructions are no-ops for kernels launched without the attribute.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Bulk L2 prefetch of [p, p + bytes), widened to 16-byte alignment.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + 15) & ~uintptr_t(15);
+  if (e > a)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(static_cast<uint32_t>(e - a)) : "memory");
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e) - 1u) << 23;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+
+// Dot product of weight row r with NT activation vectors x[t] (stride n_in floats),
+// accumulated into acc[t] for t < nt. The row is cut into chunks (16 elements for Q8_0,
+// 32 for MXFP4, 4 for F32, 8 for F16/BF16 on the vector path, 1 otherwise); this
+// thread takes chunks part, part + P, ... `lut` is the MXFP4 table (doubled E2M1
+// values) in shared memory. The caller reduces acc over the P threads.
+template <int TYPE, int NT>
+__device__ __forceinline__ void row_dot(const DevW& w, int64_t r, const float* __restrict__ x, int nt,
+                                        float (&acc)[NT], int part, int P, const float* lut) {
+  const int64_t n = w.n_in;
+  if constexpr (TYPE == kQ8) {
+    const int8_t* qr = reinterpret_cast<const int8_t*>(w.q) + r * n;
+    const __half* sr = reinterpret_cast<const __half*>(w.s) + r * (n / 32);
+    const int64_t nc = n / 16;
+#pragma unroll 2
+    for (int64_t c = part; c < nc; c += P) {
+      const int4 qv = __ldg(reinterpret_cast<const int4*>(qr + c * 16));
+      const float d = __half2float(sr[c >> 1]);
+      const uint32_t wd[4] = {static_cast<uint32_t>(qv.x), static_cast<uint32_t>(qv.y), static_cast<uint32_t>(qv.z),
+                              static_cast<uint32_t>(qv.w)};
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+          const float4* xv = reinterpret_cast<const float4*>(x + t * n + c * 16);
+          float s = 0.f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float4 xx = __ldg(xv + i);
+            s += static_cast<float>(static_cast<int8_t>(wd[i])) * xx.x +
+                 static_cast<float>(static_cast<int8_t>(wd[i] >> 8)) * xx.y +
+                 static_cast<float>(static_cast<int8_t>(wd[i] >> 16)) * xx.z +
+                 static_cast<float>(static_cast<int8_t>(wd[i] >> 24)) * xx.w;
+          }
+          acc[t] += d * s;
+        }
+      }
+    }
+  } else if constexpr (TYPE == kMX) {
+    const uint8_t* qr = w.q + r * (n / 2);
+    const uint8_t* er = w.s + r * (n / 32);
+    const int64_t nc = n / 32;
+#pragma unroll 2
+    for (int64_t c = part; c < nc; c += P) {
+      const uint4 qv = __ldg(reinterpret_cast<const uint4*>(qr + c * 16));
+      const float d = e8m0_half(er[c]);
+      const uint32_t wd[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+          const float4* xv = reinterpret_cast<const float4*>(x + t * n + c * 32);
+          float s = 0.f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // word i: elements 4i..4i+3 (low nibbles), 16+4i.. (high)
+            const float4 a = __ldg(xv + i), b = __ldg(xv + 4 + i);
+            const uint32_t w = wd[i];
+            s += lut[w & 15] * a.x + lut[(w >> 8) & 15] * a.y + lut[(w >> 16) & 15] * a.z + lut[(w >> 24) & 15] * a.w;
+            s += lut[(w >> 4) & 15] * b.x + lut[(w >> 12) & 15] * b.y + lut[(w >> 20) & 15] * b.z +
+                 lut[(w >> 28) & 15] * b.w;
+          }
+          acc[t] += d * s;
+        }
+      }
+    }
+  } else if constexpr (TYPE == kF32) {
+    const float* wr = reinterpret_cast<const float*>(w.q) + r * n;
+    if (w.vec) {
+      for (int64_t c = part; c < n / 4; c += P) {
+        const float4 wv = __ldg(reinterpret_cast<const float4*>(wr) + c);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) {
+            const float4 xx = __ldg(reinterpret_cast<const float4*>(x + t * n) + c);
+            acc[t] += wv.x * xx.x + wv.y * xx.y + wv.z * xx.z + wv.w * xx.w;
+          }
+      }
+    } else {
+      for (int64_t i = part; i < n; i += P) {
+        const float wv = wr[i];
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) acc[t] += wv * x[t * n + i];
+      }
+    }
+  } else {  // F16 / BF16
+    const uint16_t* wr = reinterpret_cast<const uint16_t*>(w.q) + r * n;
+    auto cvt = [](uint16_t b) { return TYPE == kF16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b); };
+    if (w.vec) {
+      for (int64_t c = part; c < n / 8; c += P) {
+        const uint4 wv = __ldg(reinterpret_cast<const uint4*>(wr) + c);
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(&wv);
+        float wf[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wf[j] = cvt(h[j]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(x + t * n + c * 8));
+            const float4 b = __ldg(reinterpret_cast<const float4*>(x + t * n + c * 8) + 1);
+            acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
+                      wf[6] * b.z + wf[7] * b.w;
+          }
+      }
+    } else {
+      for (int64_t i = part; i < n; i += P) {
+        const float wv = cvt(wr[i]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) acc[t] += wv * x[t * n + i];
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void load_mx_lut(float* lut) {
+  if (threadIdx.x < 16) {
+    constexpr float kV[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    lut[threadIdx.x] = kV[threadIdx.x];
+  }
+}
+
+}  // namespace brass::backend::cuda
+
+// ---- int8-activation ("q8x") path ----
+// Activations are quantized per 32 elements exactly as quant::quantize_row(Q8_0) does
+// (d = amax / 127, q = round(x / d), d kept as f16), into shared memory, so that weights
+// meet them in integer dot products (dp4a): 4 multiply-adds per instruction and no
+// per-element float conversion or table load. The CPU twin of every q8x op is the
+// reference op applied to dequantize(quantize_q8_0(x)).
+namespace brass::backend::cuda {
+
+// Position of element e (0..31) of a 32-group in the "MXFP4 order" of the int8
+// activations: the order in which mx_dot's byte permutes emit a block's nibbles (per
+// 4-byte word i of the block: elements 4i, 16+4i, 4i+1, 16+4i+1, then 4i+2, 16+4i+2,
+// 4i+3, 16+4i+3).
+__device__ __forceinline__ int mx_pos(int e) {
+  const int h = e >> 4, m = e & 15, i = m >> 2, r = m & 3;
+  return 8 * i + 4 * (r >> 1) + 2 * (r & 1) + h;
+}
+
+// Block-wide: x (n floats, n % 32 == 0) -> xq (n int8) + xd (n / 32 scales), in smem.
+// Each warp takes 32-element groups; all of a lane's loads are issued before use.
+// MXO: store each group in MXFP4 order (mx_pos) instead of natural order.
+template <bool MXO = false>
+__device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
+  const int groups = n / 32;
+  constexpr int kBatch = 8;
+  for (int g0 = warp; g0 < groups; g0 += nw * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int g = g0 + i * nw;
+      v[i] = g < groups ? x[g * 32 + lane] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int g = g0 + i * nw;
+      if (g >= groups) break;
+      float amax = fabsf(v[i]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      xq[g * 32 + (MXO ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v[i] * id));
+      if (lane == 0) xd[g] = __half2float(__float2half_rn(d));
+    }
+  }
+}
+
+// prmt.b32 in its default mode: per selector nibble, bits 0-2 pick a byte of {b, a}; with
+// bit 3 set the result byte is the selected byte's sign bit replicated instead.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Integer dot of one 16-byte MXFP4 block (32 codes) with 32 int8 activations in MXFP4
+// order (w[0..7]). A 4-bit code is sign (bit 3) + magnitude index (bits 0-2) into the
+// doubled E2M1 magnitudes {0,1,2,3,4,6,8,12}. The code nibbles are used directly as
+// byte-permute selectors: with the magnitude table (all bytes < 0x80), a negative code
+// (bit 3 set) reads as 0, so P holds the positive elements; with the complemented code
+// and the reversed table, the positive codes read as 0 and N holds the magnitudes of the
+// negative elements. Sum = dp4a(P, x) - dp4a(N, x): 4 permutes + 4 dp4a per 8 codes.
+__device__ __forceinline__ int mx_dot(uint4 q, const int* w) {
+  constexpr uint32_t kP0 = 0x03020100u, kP1 = 0x0C080604u;  // m[0..7]
+  constexpr uint32_t kN0 = 0x0406080Cu, kN1 = 0x00010203u;  // m[7 - k]
+  int sp = 0, sn = 0;
+  const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = qs[i], nv = ~v;
+    sp = __dp4a(static_cast<int>(prmt(kP0, kP1, v)), w[2 * i], sp);
+    sn = __dp4a(static_cast<int>(prmt(kN0, kN1, nv)), w[2 * i], sn);
+    sp = __dp4a(static_cast<int>(prmt(kP0, kP1, v >> 16)), w[2 * i + 1], sp);
+    sn = __dp4a(static_cast<int>(prmt(kN0, kN1, nv >> 16)), w[2 * i + 1], sn);
+  }
+  return sp - sn;
+}
+
+// Weight row r . quantized activation (xq, xd in smem; natural order for Q8_0, MXFP4
+// order for MXFP4), one warp, returns the lane's partial (reduce with warp_sum). Q8_0
+// split: 16 quants per lane step; MXFP4: 32.
+template <int TYPE>
+__device__ __forceinline__ float row_dot_q8x(const DevW& w, int64_t r, const int8_t* xq, const float* xd, int lane) {
+  const int64_t n = w.n_in;
+  float acc = 0.f;
+  if constexpr (TYPE == kQ8) {
+    const int8_t* qr = reinterpret_cast<const int8_t*>(w.q) + r * n;
+    const __half* sr = reinterpret_cast<const __half*>(w.s) + r * (n / 32);
+    const int nc = static_cast<int>(n / 16);
+#pragma unroll 4
+    for (int c = lane; c < nc; c += kWarp) {
+      const int4 q = __ldg(reinterpret_cast<const int4*>(qr + c * 16));
+      const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
+      int s = __dp4a(q.x, a.x, 0);
+      s = __dp4a(q.y, a.y, s);
+      s = __dp4a(q.z, a.z, s);
+      s = __dp4a(q.w, a.w, s);
+      acc += static_cast<float>(s) * (__half2float(sr[c >> 1]) * xd[c >> 1]);
+    }
+  } else {
+    const uint8_t* qr = w.q + r * (n / 2);
+    const uint8_t* er = w.s + r * (n / 32);
+    const int nc = static_cast<int>(n / 32);
+#pragma unroll 2
+    for (int c = lane; c < nc; c += kWarp) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(qr + c * 16));
+      const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
+      const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
+      const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const int s = mx_dot(q, w);
+      acc += static_cast<float>(s) * (e8m0_half(__ldg(er + c)) * xd[c]);
+    }
+  }
+  return acc;
+}
+
+
+// Two weight rows (possibly of two matrices) against the same quantized activation,
+// their loads interleaved so that twice the bytes are in flight per lane.
+template <int TYPE>
+__device__ __forceinline__ void row_dot2_q8x(const DevW& w1, int64_t r1, const DevW& w2, int64_t r2, const int8_t* xq,
+                                             const float* xd, int lane, float& o1, float& o2) {
+  const int64_t n = w1.n_in;
+  float a1 = 0.f, a2 = 0.f;
+  if constexpr (TYPE == kQ8) {
+    const int8_t* q1 = reinterpret_cast<const int8_t*>(w1.q) + r1 * n;
+    const int8_t* q2 = reinterpret_cast<const int8_t*>(w2.q) + r2 * n;
+    const __half* s1 = reinterpret_cast<const __half*>(w1.s) + r1 * (n / 32);
+    const __half* s2 = reinterpret_cast<const __half*>(w2.s) + r2 * (n / 32);
+    const int nc = static_cast<int>(n / 16);
+#pragma unroll 4
+    for (int c = lane; c < nc; c += kWarp) {
+      const int4 u = __ldg(reinterpret_cast<const int4*>(q1 + c * 16));
+      const int4 v = __ldg(reinterpret_cast<const int4*>(q2 + c * 16));
+      const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
+      const float xs = xd[c >> 1];
+      int su = __dp4a(u.x, a.x, 0), sv = __dp4a(v.x, a.x, 0);
+      su = __dp4a(u.y, a.y, su); sv = __dp4a(v.y, a.y, sv);
+      su = __dp4a(u.z, a.z, su); sv = __dp4a(v.z, a.z, sv);
+      su = __dp4a(u.w, a.w, su); sv = __dp4a(v.w, a.w, sv);
+      a1 += static_cast<float>(su) * (__half2float(s1[c >> 1]) * xs);
+      a2 += static_cast<float>(sv) * (__half2float(s2[c >> 1]) * xs);
+    }
+  } else {
+    const uint8_t* q1 = w1.q + r1 * (n / 2);
+    const uint8_t* q2 = w2.q + r2 * (n / 2);
+    const uint8_t* e1 = w1.s + r1 * (n / 32);
+    const uint8_t* e2 = w2.s + r2 * (n / 32);
+    const int nc = static_cast<int>(n / 32);
+#pragma unroll 3
+    for (int c = lane; c < nc; c += kWarp) {
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(q1 + c * 16));
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(q2 + c * 16));
+      const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
+      const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
+      const float xs = xd[c];
+      const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const int su = mx_dot(u, w), sv = mx_dot(v, w);
+      a1 += static_cast<float>(su) * (e8m0_half(__ldg(e1 + c)) * xs);
+      a2 += static_cast<float>(sv) * (e8m0_half(__ldg(e2 + c)) * xs);
+    }
+  }
+  o1 = a1;
+  o2 = a2;
+}
+
+}  // namespace brass::backend::cuda
+

@@ -1,0 +1,137 @@
+// Host-side declarations shared by the CUDA backend's files: the device weight view
+// (DevW), the argument structs of the launchers each .cu file exports, and error checks.
+// The .cu files see only this header (no backend.h: fmt's headers, pulled in through
+// core/status.h, do not compile under nvcc), so the structs mirror backend.h's op
+// arguments field by field, with WeightViews resolved to DevW by cuda_backend.cpp.
+// Device weight layouts: see cuda_common.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <utility>
+
+#include "core/dtype.h"
+
+#define BRASS_CUDA_CHECK(expr)                                                                 \
+  do {                                                                                         \
+    cudaError_t err_ = (expr);                                                                 \
+    if (err_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, #expr,            \
+                   cudaGetErrorString(err_));                                                  \
+      std::abort();                                                                            \
+    }                                                                                          \
+  } while (0)
+// After a launch: configuration errors show up here (async faults at the next sync).
+#define BRASS_CUDA_LAUNCHED() BRASS_CUDA_CHECK(cudaGetLastError())
+
+namespace brass::backend::cuda {
+
+// Launch with programmatic stream serialization (see cuda_common.cuh) unless disabled
+// (set_pdl(false), or BRASS_CUDA_PDL=0 in the backend).
+bool pdl_enabled();
+void set_pdl(bool on);
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  BRASS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+inline int64_t split_scale_offset(int64_t qs_bytes) { return (qs_bytes + 255) / 256 * 256; }
+
+// Type codes the kernels are templated on.
+enum WType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8 = 3, kMX = 4 };
+
+// A weight matrix as the kernels see it.
+struct DevW {
+  const uint8_t* q = nullptr;  // quants / plain elements
+  const uint8_t* s = nullptr;  // scales (split types)
+  int64_t n_in = 0;            // elements per row
+  int64_t rows = 0;            // ne[1] * ne[2] * ne[3]
+  int64_t ne1 = 0;             // rows of one matrix (one expert)
+  int type = kF32;
+  bool vec = false;            // 16-byte loads possible (alignment and n_in)
+};
+
+struct SeqP {  // backend::AttnSeq
+  int64_t tok0 = 0;
+  int64_t n_tok = 0;
+  int32_t pos0 = 0;
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t capacity = 0;
+  bool ring = false;
+};
+
+struct MatmulP { DevW w; const float* bias; const float* x; float* y; int64_t n_tok; };
+struct RmsP { float* y; const float* x; const float* weight; float* out; int64_t n_rows; int64_t n; float eps; };
+struct AddP { float* y; const float* x; int64_t n; };
+struct EmbedP { DevW table; const int32_t* tokens; int64_t n_tok; float* out; };
+struct RopeP { float* x; const int32_t* pos; const float* inv_freq; float mscale; int64_t n_tok, n_heads, head_dim; };
+struct GatherP { const float* x; const int32_t* rows; float* out; int64_t n_rows; int64_t n; };
+struct RouterP { const float* logits; int32_t* ids; float* weights; int64_t n_tok, n_expert, k; };
+struct ArgmaxP { const float* x; int32_t* out; int64_t n_rows; int64_t n; int32_t* pos; int32_t* history; };
+struct KvStoreP {
+  const float* k; const float* v; DType kv_type; int64_t n_head_kv, head_dim;
+  std::span<const SeqP> seqs; const int32_t* pos;
+};
+struct AttentionP {
+  const float* q; const float* sinks; float* out; DType kv_type; int64_t n_head, n_head_kv, head_dim;
+  int32_t window; float scale; std::span<const SeqP> seqs; const int32_t* pos;
+};
+struct AttnQkvP {
+  const float* x; DevW wq, wk, wv; const float* bq; const float* bk; const float* bv;
+  float* q; float* k; float* v; const int32_t* pos; const float* inv_freq; float mscale;
+  int64_t n_tok, n_head, n_head_kv, head_dim; DType kv_type; std::span<const SeqP> seqs;
+  bool q8x = false;  // int8 activations (Q8_0 / MXFP4 weights)
+};
+struct MoeP {
+  const float* x; const int32_t* ids; const float* weights; DevW gate, up, down;
+  const float* gate_bias; const float* up_bias; const float* down_bias; float* out;
+  int64_t n_tok, k; float alpha, limit;
+};
+
+// ---- cuda_matvec.cu ----
+void launch_matmul(const MatmulP& a, cudaStream_t st);
+void launch_rms_norm(const RmsP& a, bool add, cudaStream_t st);  // add: y += x first
+void launch_add(const AddP& a, cudaStream_t st);
+void launch_embed(const EmbedP& a, cudaStream_t st);
+void launch_rope(const RopeP& a, cudaStream_t st);
+void launch_gather_rows(const GatherP& a, cudaStream_t st);
+void launch_router(const RouterP& a, cudaStream_t st);
+// partial: 8 * n_rows * kArgmaxBlocks bytes of scratch; counter: n_rows unsigned, zeroed once.
+inline constexpr int kArgmaxBlocks = 132;
+void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStream_t st);
+// Re-lay a ggml Q8_0 / MXFP4 tensor (src, device) into the split layout (dst, device).
+void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
+
+// ---- cuda_attention.cu ----
+void launch_kv_store(const KvStoreP& a, cudaStream_t st);
+int64_t attention_scratch_floats(const AttentionP& a);  // partials the launch needs
+void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
+// Fused q/k/v + bias + RoPE + KV store for one sequence; false if the fused kernel does
+// not cover the shapes (the caller then composes basic ops).
+bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st);
+
+// ---- cuda_q8.cu (int8 activations, dp4a; see cuda_common.cuh) ----
+bool q8x_supported(const DevW& w);
+void launch_matmul_q8x(const MatmulP& a, cudaStream_t st);
+bool moe_q8x_supported(const MoeP& a);
+void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st);
+
+// ---- cuda_moe.cu ----
+void launch_moe(const MoeP& a, float* act, cudaStream_t st);  // act: n_tok * k * n_ff floats
+
+}  // namespace brass::backend::cuda

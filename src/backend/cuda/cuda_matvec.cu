@@ -1,0 +1,386 @@
+// CUDA kernels for the dense ops: mat-vec / small-batch matmul of every supported
+// weight type (16-byte weight loads; one warp per row, or a whole block per row when
+// there are too few rows to fill the GPU), RMSNorm (+ fused residual add), add, embed,
+// RoPE, gather_rows, router top-k + softmax, argmax (one pass, last-block reduction)
+// and the Q8_0 / MXFP4 repack into the split layouts of cuda_common.cuh.
+//
+// Numerics: f32 accumulation everywhere; reduction order differs from the CPU
+// reference (tree reductions), so parity is to rounding, not bit-exact. RoPE uses
+// full-precision sincosf (angles reach ~1e5 rad at long context; the fast intrinsics
+// would lose the phase).
+#include <algorithm>
+#include <cfloat>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "quant/blocks.h"
+
+namespace brass::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxTok = 4;  // activation vectors per weight-row pass
+
+// y[t, r] = W[r] . x[t] + bias[r]; WPR warps per row.
+template <int TYPE, int WPR>
+__global__ void __launch_bounds__(kThreads) matmul_kernel(DevW w, const float* __restrict__ bias,
+                                                          const float* __restrict__ x, float* __restrict__ y,
+                                                          int64_t n_tok) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  __shared__ float lut[16];
+  __shared__ float red[kThreads / kWarp][kMaxTok];
+  if constexpr (TYPE == kMX) {
+    load_mx_lut(lut);
+    __syncthreads();
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  constexpr int kRowsPerBlock = kThreads / kWarp / WPR;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMaxTok;
+  const int nt = static_cast<int>(min(static_cast<int64_t>(kMaxTok), n_tok - t0));
+  float acc[kMaxTok] = {0.f, 0.f, 0.f, 0.f};
+  if (r < w.rows) {
+    row_dot<TYPE, kMaxTok>(w, r, x + t0 * w.n_in, nt, acc, (warp % WPR) * kWarp + lane, WPR * kWarp, lut);
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxTok; ++t) acc[t] = warp_sum(acc[t]);
+  if constexpr (WPR > 1) {
+    if (lane == 0)
+      for (int t = 0; t < kMaxTok; ++t) red[warp][t] = acc[t];
+    __syncthreads();
+    if (warp % WPR != 0) return;
+    for (int k = 1; k < WPR; ++k)
+      for (int t = 0; t < kMaxTok; ++t) acc[t] += red[warp + k][t];
+  }
+  if (lane == 0 && r < w.rows) {
+    const float b = bias ? bias[r] : 0.f;
+    for (int t = 0; t < nt; ++t) y[(t0 + t) * w.rows + r] = acc[t] + b;
+  }
+}
+
+template <int TYPE>
+void matmul_typed(const DevW& w, const MatmulP& a, cudaStream_t st, int n_sm) {
+  const unsigned gy = static_cast<unsigned>((a.n_tok + kMaxTok - 1) / kMaxTok);
+  if (w.rows >= 4 * n_sm * (kThreads / kWarp)) {
+    dim3 grid(static_cast<unsigned>((w.rows + 7) / 8), gy);
+    matmul_kernel<TYPE, 1><<<grid, kThreads, 0, st>>>(w, a.bias, a.x, a.y, a.n_tok);
+  } else if (w.rows >= 2 * n_sm) {
+    dim3 grid(static_cast<unsigned>((w.rows + 3) / 4), gy);
+    matmul_kernel<TYPE, 2><<<grid, kThreads, 0, st>>>(w, a.bias, a.x, a.y, a.n_tok);
+  } else {
+    dim3 grid(static_cast<unsigned>(w.rows), gy);
+    matmul_kernel<TYPE, 8><<<grid, kThreads, 0, st>>>(w, a.bias, a.x, a.y, a.n_tok);
+  }
+  BRASS_CUDA_LAUNCHED();
+}
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 100;
+  }();
+  return n;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x / kWarp;
+  float s = 0.f;
+  for (int i = 0; i < nw; ++i) s += sh[i];
+  __syncthreads();
+  return s;
+}
+
+// One block per row. add: y += x first (fused residual add), then out = norm(y) * w.
+// With n % 4 == 0 each thread owns float4s (1024 threads: one or two per thread for
+// gpt-oss), so the kernel is one round of loads deep instead of a serial loop.
+template <bool ADD>
+__global__ void __launch_bounds__(1024) rms_norm_kernel(float* y, const float* __restrict__ x,
+                                                        const float* __restrict__ w, float* out, int64_t n,
+                                                        float eps) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x;
+  float* yr = y + row * n;
+  float* o = out + row * n;
+  float ss = 0.f;
+  if (n % 4 == 0) {
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    const float4* x4 = ADD ? reinterpret_cast<const float4*>(x + row * n) : nullptr;
+    for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      float4 v = y4[i];
+      if constexpr (ADD) {
+        const float4 a = x4[i];
+        v.x += a.x; v.y += a.y; v.z += a.z; v.w += a.w;
+        y4[i] = v;
+      }
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float v = yr[i];
+      if constexpr (ADD) {
+        v += x[row * n + i];
+        yr[i] = v;
+      }
+      ss += v * v;
+    }
+  }
+  ss = block_sum(ss, sh);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = yr[i] * inv * w[i];
+}
+
+__global__ void add_kernel(float* y, const float* __restrict__ x, int64_t n) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void embed_kernel(DevW w, const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int64_t t = blockIdx.x;
+  const int64_t r = tokens[t];
+  const int64_t n = w.n_in;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v;
+    switch (w.type) {
+      case kF32: v = reinterpret_cast<const float*>(w.q)[r * n + i]; break;
+      case kF16: v = f16_bits_to_f32(reinterpret_cast<const uint16_t*>(w.q)[r * n + i]); break;
+      case kBF16: v = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(w.q)[r * n + i]); break;
+      case kQ8:
+        v = __half2float(reinterpret_cast<const __half*>(w.s)[r * (n / 32) + i / 32]) *
+            reinterpret_cast<const int8_t*>(w.q)[r * n + i];
+        break;
+      default: {  // MXFP4
+        const uint8_t b = w.q[r * (n / 2) + (i / 32) * 16 + (i % 16)];
+        const int nib = (i % 32) < 16 ? (b & 15) : (b >> 4);
+        v = static_cast<float>(quant::mxfp4_value(nib)) * e8m0_half(w.s[r * (n / 32) + i / 32]);
+      }
+    }
+    out[t * n + i] = v;
+  }
+}
+
+// grid (n_tok, n_heads), threads over pairs.
+__global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                            float mscale, int64_t n_heads, int64_t head_dim) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int64_t t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
+  float* xr = x + (t * n_heads + h) * head_dim;
+  const float p = static_cast<float>(pos[t]);
+  for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+    float s, c;
+    sincosf(p * inv_freq[j], &s, &c);
+    c *= mscale;
+    s *= mscale;
+    const float x0 = xr[j], x1 = xr[j + half];
+    xr[j] = x0 * c - x1 * s;
+    xr[j + half] = x1 * c + x0 * s;
+  }
+}
+
+__global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, float* out, int64_t n) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int64_t i = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[i]) * n;
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[i * n + e] = src[e];
+}
+
+// One warp per token: k rounds of a warp argmax (ties: lower index) over the experts not
+// yet taken, then the softmax over the k picked logits.
+__global__ void router_kernel(const float* __restrict__ logits, int32_t* ids, float* wts, int64_t n_tok,
+                              int64_t n_expert, int64_t k) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (t >= n_tok) return;
+  const float* l = logits + t * n_expert;
+  int32_t* id = ids + t * k;
+  float* w = wts + t * k;
+  for (int64_t j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int bi = INT32_MAX;
+    for (int64_t e = lane; e < n_expert; e += kWarp) {
+      bool taken = false;
+      for (int64_t q = 0; q < j; ++q) taken = taken || id[q] == e;
+      if (taken) continue;
+      const float v = l[e];
+      if (bi == INT32_MAX || v > bv) { bv = v; bi = static_cast<int>(e); }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi != INT32_MAX && (bi == INT32_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) { id[j] = bi; w[j] = bv; }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    const float m = w[0];
+    float sum = 0.f;
+    for (int64_t j = 0; j < k; ++j) { w[j] = expf(w[j] - m); sum += w[j]; }
+    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
+}
+
+struct ArgBest { float v; int i; };
+__device__ __forceinline__ ArgBest arg_better(ArgBest a, ArgBest b) {
+  if (b.i < 0) return a;
+  if (a.i < 0) return b;
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+
+// grid (kArgmaxBlocks, n_rows); the last block of a row to finish reduces the partials
+// and resets the row's counter (so a captured graph can replay it).
+__global__ void argmax_kernel(ArgmaxP a, ArgBest* partial, unsigned* counter) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  const int64_t row = blockIdx.y;
+  const float* x = a.x + row * a.n;
+  ArgBest b{-INFINITY, -1};
+  const int64_t per = (a.n + gridDim.x - 1) / gridDim.x;
+  const int64_t i0 = blockIdx.x * per, i1 = min(a.n, i0 + per);
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) b = arg_better(b, ArgBest{x[i], static_cast<int>(i)});
+  __shared__ ArgBest sh[32];
+  __shared__ bool last;
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgBest ob{__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)};
+    b = arg_better(b, ob);
+  }
+  if (threadIdx.x % kWarp == 0) sh[threadIdx.x / kWarp] = b;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) b = arg_better(b, sh[w]);
+    partial[row * gridDim.x + blockIdx.x] = b;
+    __threadfence();
+    last = atomicAdd(&counter[row], 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The last block reduces the partials with all its threads.
+  ArgBest best{-INFINITY, -1};
+  for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
+    const volatile ArgBest* p = partial + row * gridDim.x + k;
+    best = arg_better(best, ArgBest{p->v, p->i});
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgBest ob{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+    best = arg_better(best, ob);
+  }
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) sh[threadIdx.x / kWarp] = best;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) best = arg_better(best, sh[w]);
+  const int r = best.i < 0 ? 0 : best.i;  // all-NaN row: 0, like the host loop
+  a.out[row] = r;
+  if (a.pos) {
+    if (a.history) a.history[a.pos[row] + 1] = r;
+    a.pos[row] += 1;
+  }
+  counter[row] = 0;
+}
+
+// One thread per block of 32 elements.
+__global__ void repack_q8_kernel(const uint8_t* __restrict__ src, int8_t* qs, __half* d, int64_t n_blocks) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= n_blocks) return;
+  const uint8_t* blk = src + b * 34;
+  d[b] = __ushort_as_half(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  for (int j = 0; j < 32; ++j) qs[b * 32 + j] = static_cast<int8_t>(blk[2 + j]);
+}
+__global__ void repack_mx_kernel(const uint8_t* __restrict__ src, uint8_t* qs, uint8_t* e, int64_t n_blocks) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= n_blocks) return;
+  const uint8_t* blk = src + b * 17;
+  e[b] = blk[0];
+  for (int j = 0; j < 16; ++j) qs[b * 16 + j] = blk[1 + j];
+}
+
+}  // namespace
+
+void launch_matmul(const MatmulP& a, cudaStream_t st) {
+  if (a.n_tok <= 0) return;
+  const DevW& w = a.w;
+  const int n_sm = sm_count();
+  switch (w.type) {
+    case kF32: matmul_typed<kF32>(w, a, st, n_sm); break;
+    case kF16: matmul_typed<kF16>(w, a, st, n_sm); break;
+    case kBF16: matmul_typed<kBF16>(w, a, st, n_sm); break;
+    case kQ8: matmul_typed<kQ8>(w, a, st, n_sm); break;
+    default: matmul_typed<kMX>(w, a, st, n_sm); break;
+  }
+}
+
+void launch_rms_norm(const RmsP& a, bool add, cudaStream_t st) {
+  if (a.n_rows <= 0) return;
+  // Without add, out may alias y: each thread re-reads only elements it owns.
+  if (add)
+    rms_norm_kernel<true><<<static_cast<unsigned>(a.n_rows), 1024, 0, st>>>(a.y, a.x, a.weight, a.out, a.n, a.eps);
+  else
+    rms_norm_kernel<false><<<static_cast<unsigned>(a.n_rows), 1024, 0, st>>>(a.y, nullptr, a.weight, a.out, a.n, a.eps);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_add(const AddP& a, cudaStream_t st) {
+  if (a.n <= 0) return;
+  const int64_t blocks = std::min<int64_t>((a.n + 255) / 256, 4096);
+  add_kernel<<<static_cast<unsigned>(blocks), 256, 0, st>>>(a.y, a.x, a.n);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_embed(const EmbedP& a, cudaStream_t st) {
+  if (a.n_tok <= 0) return;
+  embed_kernel<<<static_cast<unsigned>(a.n_tok), 256, 0, st>>>(a.table, a.tokens, a.out);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_rope(const RopeP& a, cudaStream_t st) {
+  if (a.n_tok <= 0) return;
+  dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>(a.n_heads));
+  const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, a.head_dim / 2)));
+  rope_kernel<<<grid, threads, 0, st>>>(a.x, a.pos, a.inv_freq, a.mscale, a.n_heads, a.head_dim);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_gather_rows(const GatherP& a, cudaStream_t st) {
+  if (a.n_rows <= 0) return;
+  gather_kernel<<<static_cast<unsigned>(a.n_rows), 256, 0, st>>>(a.x, a.rows, a.out, a.n);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_router(const RouterP& a, cudaStream_t st) {
+  if (a.n_tok <= 0) return;
+  const unsigned blocks = static_cast<unsigned>((a.n_tok + 3) / 4);
+  router_kernel<<<blocks, 128, 0, st>>>(a.logits, a.ids, a.weights, a.n_tok, a.n_expert, a.k);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStream_t st) {
+  if (a.n_rows <= 0) return;
+  dim3 grid(kArgmaxBlocks, static_cast<unsigned>(a.n_rows));
+  argmax_kernel<<<grid, 256, 0, st>>>(a, static_cast<ArgBest*>(partial), counter);
+  BRASS_CUDA_LAUNCHED();
+}
+
+void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st) {
+  const int64_t n_blocks = rows * (n_in / 32);
+  const unsigned grid = static_cast<unsigned>((n_blocks + 255) / 256);
+  if (type == DType::Q8_0) {
+    repack_q8_kernel<<<grid, 256, 0, st>>>(src, reinterpret_cast<int8_t*>(dst),
+                                           reinterpret_cast<__half*>(dst + split_scale_offset(rows * n_in)), n_blocks);
+  } else {
+    repack_mx_kernel<<<grid, 256, 0, st>>>(src, dst, dst + split_scale_offset(rows * n_in / 2), n_blocks);
+  }
+  BRASS_CUDA_LAUNCHED();
+}
+
+}  // namespace brass::backend::cuda

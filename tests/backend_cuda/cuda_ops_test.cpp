@@ -1,0 +1,507 @@
+// Every CUDA backend op against its CPU twin, the reference backend (BRASS_CPU_KERNELS
+// =ref): the same op on the same random inputs (fresh seed, printed on failure), odd
+// sizes, every supported weight type, both activation modes (f32; int8 per 32, whose
+// twin is the reference op on the Q8_0 round trip of the activations), the edge cases the issue lists (first token,
+// sliding-window boundary and ring wrap, a dominating sink, router ties, argmax ties).
+// The fused ops (attn_qkv, add_rms_norm) are compared with the reference backend's
+// default composition of basic ops. Outputs are NaN-poisoned first, so an unwritten
+// element fails. Skips (GTEST_SKIP with the reason) without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
+#include "cuda_test_util.h"
+#include "model/rope.h"
+#include "quant/quant.h"
+
+namespace brass::backend {
+namespace {
+
+using testing::Dev;
+using testing::expect_close;
+using testing::Rng;
+
+struct Fix {
+  Rng rng;
+  std::unique_ptr<Backend> cpu = testing::reference_backend();
+  std::unique_ptr<Backend> gpu;
+  bool q8x;
+  explicit Fix(bool int8_activations = false) : q8x(int8_activations) {
+    CudaBackendOptions o;
+    o.int8_activations = int8_activations;
+    auto r = make_cuda_backend(o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    if (r.is_ok()) gpu = std::move(r).value();
+  }
+};
+
+// The int8-activation kernels' input as the reference sees it: each row of n quantized
+// to Q8_0 and back (the CPU twin of a q8x op is the reference op on this).
+std::vector<float> q8_roundtrip(const std::vector<float>& x, int64_t n) {
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> blk(row_bytes(DType::Q8_0, n));
+  for (size_t r = 0; r * n < x.size(); ++r) {
+    quant::quantize_row(DType::Q8_0, x.data() + r * n, blk.data(), n);
+    quant::dequantize_row(DType::Q8_0, blk.data(), out.data() + r * n, n);
+  }
+  return out;
+}
+bool q8x_type(DType t) { return t == DType::Q8_0 || t == DType::MXFP4; }
+
+// A random weight (n_in, n_out[, n_mat]) of `type` in host memory (ggml layout).
+struct HostWeight {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+  HostWeight(Rng& rng, DType type, int64_t n_in, int64_t n_out, int64_t n_mat = 1, float amp = 1.0f) {
+    const int64_t rb = row_bytes(type, n_in);
+    bytes.resize(rb * n_out * n_mat);
+    std::vector<float> row(n_in);
+    for (int64_t r = 0; r < n_out * n_mat; ++r) {
+      for (auto& x : row) x = rng.uni(-amp, amp);
+      quant::quantize_row(type, row.data(), bytes.data() + r * rb, n_in);
+    }
+    view.type = type;
+    view.data = bytes.data();
+    view.ne[0] = n_in;
+    view.ne[1] = n_out;
+    view.ne[2] = n_mat;
+  }
+};
+
+WeightView on_gpu(Backend& gpu, const WeightView& w) {
+  auto r = gpu.prepare_weight(w);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? r.value() : WeightView{};
+}
+
+class CudaOpsMode : public ::testing::TestWithParam<bool> {};  // param: int8 activations
+INSTANTIATE_TEST_SUITE_P(Exact, CudaOpsMode, ::testing::Values(false));
+INSTANTIATE_TEST_SUITE_P(Int8Act, CudaOpsMode, ::testing::Values(true));
+
+TEST_P(CudaOpsMode, MatmulAllTypesOddSizes) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(GetParam());
+  SEED_TRACE(f.rng);
+  struct Case { DType t; int64_t n_in, n_out, n_tok; };
+  const Case cases[] = {{DType::F32, 37, 5, 3},    {DType::F32, 64, 131, 1},   {DType::F16, 40, 7, 6},
+                        {DType::F16, 30, 9, 2},    {DType::BF16, 96, 33, 5},   {DType::BF16, 21, 3, 1},
+                        {DType::Q8_0, 2880, 67, 1}, {DType::Q8_0, 96, 4099, 7}, {DType::MXFP4, 2880, 300, 1},
+                        {DType::MXFP4, 64, 1201, 4}, {DType::Q8_0, 4096, 2880, 1}, {DType::F32, 2880, 32, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
+    HostWeight w(f.rng, c.t, c.n_in, c.n_out);
+    const auto x = f.rng.vec(c.n_in * c.n_tok);
+    const auto bias = f.rng.vec(c.n_out);
+    std::vector<float> want(c.n_out * c.n_tok);
+    const auto xr = f.q8x && q8x_type(c.t) ? q8_roundtrip(x, c.n_in) : x;
+    f.cpu->matmul({.w = w.view, .bias = bias.data(), .x = xr.data(), .y = want.data(), .n_tok = c.n_tok});
+    Dev dx = Dev::from(*f.gpu, x), db = Dev::from(*f.gpu, bias), dy = Dev::poisoned<float>(*f.gpu, want.size());
+    f.gpu->matmul({.w = on_gpu(*f.gpu, w.view), .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(),
+                   .n_tok = c.n_tok});
+    expect_close(dy.get<float>(want.size()), want, 2e-5, 1e-5, "matmul");
+  }
+}
+
+TEST(CudaOps, RmsNormAndFusedAdd) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  for (int64_t n : {2880, 37}) {
+    const int64_t rows = 3;
+    auto y = f.rng.vec(rows * n, -3, 3), x = f.rng.vec(rows * n), w = f.rng.vec(n);
+    std::vector<float> want(rows * n), want_y = y;
+    f.cpu->add_rms_norm({.y = want_y.data(), .x = x.data(), .weight = w.data(), .out = want.data(), .n_rows = rows,
+                         .n = n, .eps = 1e-5f});
+    Dev dy = Dev::from(*f.gpu, y), dx = Dev::from(*f.gpu, x), dw = Dev::from(*f.gpu, w);
+    Dev dout = Dev::poisoned<float>(*f.gpu, rows * n);
+    f.gpu->add_rms_norm({.y = dy.as<float>(), .x = dx.as<float>(), .weight = dw.as<float>(), .out = dout.as<float>(),
+                         .n_rows = rows, .n = n, .eps = 1e-5f});
+    expect_close(dy.get<float>(rows * n), want_y, 1e-6, 1e-6, "add_rms_norm residual");
+    expect_close(dout.get<float>(rows * n), want, 1e-5, 1e-6, "add_rms_norm out");
+    // Plain rms_norm in place (out aliases x).
+    std::vector<float> want2(rows * n);
+    f.cpu->rms_norm({.x = x.data(), .weight = w.data(), .out = want2.data(), .n_rows = rows, .n = n, .eps = 1e-5f});
+    f.gpu->rms_norm({.x = dx.as<float>(), .weight = dw.as<float>(), .out = dx.as<float>(), .n_rows = rows, .n = n,
+                     .eps = 1e-5f});
+    expect_close(dx.get<float>(rows * n), want2, 1e-5, 1e-6, "rms_norm in place");
+  }
+}
+
+TEST(CudaOps, EmbedGatherAdd) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  for (DType t : {DType::Q8_0, DType::F32, DType::F16, DType::MXFP4}) {
+    const int64_t n_embd = 96, n_vocab = 50;
+    HostWeight table(f.rng, t, n_embd, n_vocab);
+    std::vector<int32_t> tok = {0, 49, 7, 7, 23};
+    std::vector<float> want(tok.size() * n_embd);
+    f.cpu->embed({.table = table.view, .tokens = tok.data(), .n_tok = 5, .out = want.data()});
+    Dev dt = Dev::from(*f.gpu, tok), dout = Dev::poisoned<float>(*f.gpu, want.size());
+    f.gpu->embed({.table = on_gpu(*f.gpu, table.view), .tokens = dt.as<int32_t>(), .n_tok = 5, .out = dout.as<float>()});
+    expect_close(dout.get<float>(want.size()), want, 0, 0, std::string("embed ") + std::string(dtype_name(t)));
+  }
+  auto x = f.rng.vec(7 * 33);
+  std::vector<int32_t> rows = {6, 0, 3};
+  std::vector<float> want(3 * 33);
+  f.cpu->gather_rows({.x = x.data(), .rows = rows.data(), .out = want.data(), .n_rows = 3, .n = 33});
+  Dev dx = Dev::from(*f.gpu, x), dr = Dev::from(*f.gpu, rows), dout = Dev::poisoned<float>(*f.gpu, want.size());
+  f.gpu->gather_rows({.x = dx.as<float>(), .rows = dr.as<int32_t>(), .out = dout.as<float>(), .n_rows = 3, .n = 33});
+  expect_close(dout.get<float>(want.size()), want, 0, 0, "gather_rows");
+  auto y = f.rng.vec(1000), z = f.rng.vec(1000);
+  Dev dy = Dev::from(*f.gpu, y), dz = Dev::from(*f.gpu, z);
+  f.cpu->add({.y = y.data(), .x = z.data(), .n = 1000});
+  f.gpu->add({.y = dy.as<float>(), .x = dz.as<float>(), .n = 1000});
+  expect_close(dy.get<float>(1000), y, 0, 0, "add");
+}
+
+TEST(CudaOps, RopeBothYarnConventions) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  for (bool rounded : {false, true}) {
+    model::RopeParams rp;
+    rp.yarn_rounded = rounded;
+    const auto freqs = model::compute_rope_freqs(rp);
+    const int64_t n_tok = 4, n_heads = 3, hd = 64;
+    std::vector<int32_t> pos = {0, 1, 4095, 131071};
+    auto x = f.rng.vec(n_tok * n_heads * hd);
+    std::vector<float> want = x;
+    f.cpu->rope({.x = want.data(), .pos = pos.data(), .inv_freq = freqs.inv_freq.data(), .mscale = freqs.mscale,
+                 .n_tok = n_tok, .n_heads = n_heads, .head_dim = hd});
+    Dev dx = Dev::from(*f.gpu, x), dp = Dev::from(*f.gpu, pos), dfr = Dev::from(*f.gpu, freqs.inv_freq);
+    f.gpu->rope({.x = dx.as<float>(), .pos = dp.as<int32_t>(), .inv_freq = dfr.as<float>(), .mscale = freqs.mscale,
+                 .n_tok = n_tok, .n_heads = n_heads, .head_dim = hd});
+    expect_close(dx.get<float>(x.size()), want, 2e-6, 1e-6, rounded ? "rope (llama.cpp yarn)" : "rope (reference yarn)");
+  }
+}
+
+TEST(CudaOps, RouterTopKWithTies) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  const int64_t n_tok = 5, n_expert = 32, k = 4;
+  auto logits = f.rng.vec(n_tok * n_expert, -4, 4);
+  // token 1: a four-way tie for the top; token 2: all equal; token 3: tie at the k-th place.
+  for (int e : {3, 9, 17, 30}) logits[1 * n_expert + e] = 5.0f;
+  for (int e = 0; e < n_expert; ++e) logits[2 * n_expert + e] = 0.25f;
+  logits[3 * n_expert + 0] = 9; logits[3 * n_expert + 1] = 8; logits[3 * n_expert + 2] = 7;
+  logits[3 * n_expert + 20] = 6; logits[3 * n_expert + 5] = 6;
+  std::vector<int32_t> ids(n_tok * k);
+  std::vector<float> w(n_tok * k);
+  f.cpu->router({.logits = logits.data(), .ids = ids.data(), .weights = w.data(), .n_tok = n_tok,
+                 .n_expert = n_expert, .k = k});
+  Dev dl = Dev::from(*f.gpu, logits), di = Dev::poisoned<int32_t>(*f.gpu, ids.size()),
+      dw = Dev::poisoned<float>(*f.gpu, w.size());
+  f.gpu->router({.logits = dl.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .n_tok = n_tok,
+                 .n_expert = n_expert, .k = k});
+  EXPECT_EQ(di.get<int32_t>(ids.size()), ids);
+  expect_close(dw.get<float>(w.size()), w, 1e-6, 1e-7, "router weights");
+  EXPECT_EQ(ids[3 * k + 3], 5);  // the hand-checked tie: lower index first
+}
+
+// The q8x MoE's CPU twin: the reference ops composed per slot, quantizing x and the
+// SwiGLU activations to Q8_0 and back where the kernels quantize them.
+std::vector<float> moe_q8x_twin(Backend& cpu, const MoeArgs& a, int64_t n_expert) {
+  const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1];
+  auto expert = [](const WeightView& w, int64_t e) {
+    WeightView v = w;
+    v.data = static_cast<const uint8_t*>(w.data) + e * w.matrix_bytes();
+    v.ne[2] = 1;
+    return v;
+  };
+  std::vector<float> out(a.n_tok * n_embd, 0.0f);
+  for (int64_t t = 0; t < a.n_tok; ++t) {
+    const auto xq = q8_roundtrip(std::vector<float>(a.x + t * n_embd, a.x + (t + 1) * n_embd), n_embd);
+    for (int64_t j = 0; j < a.k; ++j) {
+      const int64_t e = a.ids[t * a.k + j];
+      std::vector<float> g(n_ff), u(n_ff), act(n_ff), d(n_embd);
+      cpu.matmul({.w = expert(a.gate, e), .bias = a.gate_bias + e * n_ff, .x = xq.data(), .y = g.data(), .n_tok = 1});
+      cpu.matmul({.w = expert(a.up, e), .bias = a.up_bias + e * n_ff, .x = xq.data(), .y = u.data(), .n_tok = 1});
+      for (int64_t i = 0; i < n_ff; ++i) {
+        const float gv = std::min(g[i], a.limit), uv = std::clamp(u[i], -a.limit, a.limit);
+        act[i] = gv / (1.0f + std::exp(-a.alpha * gv)) * (uv + 1.0f);
+      }
+      const auto aq = q8_roundtrip(act, n_ff);
+      cpu.matmul({.w = expert(a.down, e), .bias = a.down_bias + e * n_embd, .x = aq.data(), .y = d.data(), .n_tok = 1});
+      for (int64_t i = 0; i < n_embd; ++i) out[t * n_embd + i] += a.weights[t * a.k + j] * d[i];
+    }
+  }
+  (void)n_expert;
+  return out;
+}
+
+TEST_P(CudaOpsMode, MoeExperts) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(GetParam());
+  SEED_TRACE(f.rng);
+  struct Case { DType t; int64_t n_embd, n_ff, n_expert, k, n_tok; };
+  for (const Case& c : {Case{DType::MXFP4, 96, 160, 8, 4, 3}, Case{DType::Q8_0, 64, 96, 6, 2, 2},
+                        Case{DType::MXFP4, 2880, 2880, 32, 4, 1}, Case{DType::F32, 36, 20, 4, 2, 2}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
+    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));  // some SwiGLU clamps fire
+    HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
+        d(f.rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp);
+    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
+    std::vector<int32_t> ids(c.n_tok * c.k);
+    std::vector<float> w(c.n_tok * c.k);
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+      std::vector<int32_t> perm(c.n_expert);
+      for (int i = 0; i < c.n_expert; ++i) perm[i] = i;
+      std::shuffle(perm.begin(), perm.end(), f.rng.gen);
+      for (int64_t j = 0; j < c.k; ++j) { ids[t * c.k + j] = perm[j]; w[t * c.k + j] = f.rng.uni(0, 1); }
+    }
+    std::vector<float> want(c.n_tok * c.n_embd);
+    const MoeArgs ref{.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view,
+                      .down = d.view, .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(),
+                      .out = want.data(), .n_tok = c.n_tok, .k = c.k};
+    if (f.q8x && q8x_type(c.t))
+      want = moe_q8x_twin(*f.cpu, ref, c.n_expert);
+    else
+      f.cpu->moe(ref);
+    Dev dx = Dev::from(*f.gpu, x), di = Dev::from(*f.gpu, ids), dw = Dev::from(*f.gpu, w), dgb = Dev::from(*f.gpu, gb),
+        dub = Dev::from(*f.gpu, ub), ddb = Dev::from(*f.gpu, db), dout = Dev::poisoned<float>(*f.gpu, want.size());
+    f.gpu->moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = on_gpu(*f.gpu, g.view),
+                .up = on_gpu(*f.gpu, u.view), .down = on_gpu(*f.gpu, d.view), .gate_bias = dgb.as<float>(),
+                .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(), .out = dout.as<float>(), .n_tok = c.n_tok,
+                .k = c.k});
+    // q8x: the SwiGLU activations are re-quantized on both sides from f32 values that
+    // differ in the last bits (another summation order), so an element sitting on a
+    // rounding boundary may land one int8 step apart: allow a few such steps (1e-3).
+    const bool q8 = f.q8x && q8x_type(c.t);
+    expect_close(dout.get<float>(want.size()), want, q8 ? 1e-3 : 3e-5, 1e-5, "moe");
+  }
+}
+
+// One attention configuration: n_seq sequences with the given chunk lengths and start
+// positions, stored then attended, reference vs CUDA (also through attn_qkv when asked).
+struct AttnCase {
+  DType kv;
+  int64_t n_head, n_head_kv, hd;
+  int32_t window;  // 0: full (linear storage); > 0: ring of `cap` slots
+  int32_t cap;
+  std::vector<int32_t> pos0, n_tok;
+  bool sinks = true;
+  float sink_bias = 0.0f;  // added to every sink (a dominating sink: +30)
+  bool device_pos = true;
+};
+
+void run_attention_case(Fix& f, const AttnCase& c) {
+  const int64_t n_seq = static_cast<int64_t>(c.pos0.size());
+  const int64_t kv_row = c.n_head_kv * c.hd;
+  const int64_t esz = c.kv == DType::F16 ? 2 : 4;
+  int64_t total = 0;
+  for (auto n : c.n_tok) total += n;
+  // Fill each cache with the history before pos0 through kv_store itself (so both
+  // backends hold the same bits), then the chunk.
+  std::vector<std::vector<uint8_t>> hk(n_seq), hv(n_seq);
+  std::vector<std::unique_ptr<Buffer>> gk(n_seq), gv(n_seq);
+  std::vector<AttnSeq> cs(n_seq), gs(n_seq);
+  std::vector<int32_t> pos;
+  int64_t tok0 = 0;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int64_t slots = c.window > 0 ? c.cap : c.pos0[s] + c.n_tok[s];
+    hk[s].assign(slots * kv_row * esz, 0);
+    hv[s].assign(slots * kv_row * esz, 0);
+    gk[s] = std::move(f.gpu->alloc(slots * kv_row * esz)).value();
+    gv[s] = std::move(f.gpu->alloc(slots * kv_row * esz)).value();
+    f.gpu->upload(gk[s]->data(), hk[s].data(), hk[s].size());  // same zeros as the host cache
+    f.gpu->upload(gv[s]->data(), hv[s].data(), hv[s].size());
+    // history: positions [max(0, pos0 - cap + n_tok), pos0) for rings, [0, pos0) otherwise
+    const int64_t h0 = c.window > 0 ? std::max<int64_t>(0, c.pos0[s] - (c.cap - c.n_tok[s])) : 0;
+    const int64_t nh = c.pos0[s] - h0;
+    if (nh > 0) {
+      auto k = f.rng.vec(nh * kv_row), v = f.rng.vec(nh * kv_row);
+      AttnSeq hs{.tok0 = 0, .n_tok = nh, .pos0 = static_cast<int32_t>(h0), .k = hk[s].data(), .v = hv[s].data(),
+                 .capacity = static_cast<int32_t>(slots), .ring = c.window > 0};
+      f.cpu->kv_store({.k = k.data(), .v = v.data(), .kv_type = c.kv, .n_head_kv = c.n_head_kv, .head_dim = c.hd,
+                       .seqs = std::span(&hs, 1)});
+      Dev dk = Dev::from(*f.gpu, k), dv = Dev::from(*f.gpu, v);
+      AttnSeq gh = hs;
+      gh.k = gk[s]->data();
+      gh.v = gv[s]->data();
+      f.gpu->kv_store({.k = dk.as<float>(), .v = dv.as<float>(), .kv_type = c.kv, .n_head_kv = c.n_head_kv,
+                       .head_dim = c.hd, .seqs = std::span(&gh, 1)});
+      f.gpu->synchronize();
+    }
+    cs[s] = AttnSeq{.tok0 = tok0, .n_tok = c.n_tok[s], .pos0 = c.pos0[s], .k = hk[s].data(), .v = hv[s].data(),
+                    .capacity = static_cast<int32_t>(slots), .ring = c.window > 0};
+    gs[s] = cs[s];
+    gs[s].k = gk[s]->data();
+    gs[s].v = gv[s]->data();
+    for (int64_t i = 0; i < c.n_tok[s]; ++i) pos.push_back(c.pos0[s] + static_cast<int32_t>(i));
+    tok0 += c.n_tok[s];
+  }
+  auto q = f.rng.vec(total * c.n_head * c.hd, -2, 2), k = f.rng.vec(total * kv_row), v = f.rng.vec(total * kv_row);
+  auto sinks = f.rng.vec(c.n_head, -1, 2);
+  for (auto& s : sinks) s += c.sink_bias;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  std::vector<float> want(total * c.n_head * c.hd);
+  f.cpu->kv_store({.k = k.data(), .v = v.data(), .kv_type = c.kv, .n_head_kv = c.n_head_kv, .head_dim = c.hd,
+                   .seqs = cs});
+  f.cpu->attention({.q = q.data(), .sinks = c.sinks ? sinks.data() : nullptr, .out = want.data(), .kv_type = c.kv,
+                    .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd, .window = c.window,
+                    .scale = scale, .seqs = cs});
+  Dev dq = Dev::from(*f.gpu, q), dk = Dev::from(*f.gpu, k), dv = Dev::from(*f.gpu, v), dsk = Dev::from(*f.gpu, sinks),
+      dp = Dev::from(*f.gpu, pos), dout = Dev::poisoned<float>(*f.gpu, want.size());
+  const int32_t* gpos = c.device_pos ? dp.as<int32_t>() : nullptr;
+  f.gpu->kv_store({.k = dk.as<float>(), .v = dv.as<float>(), .kv_type = c.kv, .n_head_kv = c.n_head_kv,
+                   .head_dim = c.hd, .seqs = gs, .pos = gpos});
+  f.gpu->attention({.q = dq.as<float>(), .sinks = c.sinks ? dsk.as<float>() : nullptr, .out = dout.as<float>(),
+                    .kv_type = c.kv, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd,
+                    .window = c.window, .scale = scale, .seqs = gs, .pos = gpos});
+  expect_close(dout.get<float>(want.size()), want, 2e-5, 2e-6, "attention");
+  // The caches must hold the same elements.
+  for (int64_t s = 0; s < n_seq; ++s) {
+    std::vector<uint8_t> got(hk[s].size());
+    f.gpu->synchronize();
+    f.gpu->download(got.data(), gk[s]->data(), got.size());
+    EXPECT_TRUE(got == hk[s]) << "K cache of sequence " << s << " differs";
+  }
+}
+
+TEST(CudaOps, AttentionDecodeAndPrefill) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  // gpt-oss shape, decode: first token, mid, deep; f16 and f32 caches.
+  for (DType kv : {DType::F16, DType::F32}) {
+    run_attention_case(f, {kv, 64, 8, 64, 0, 0, {0}, {1}});
+    run_attention_case(f, {kv, 64, 8, 64, 0, 0, {1000}, {1}});
+    run_attention_case(f, {kv, 64, 8, 64, 0, 0, {4097}, {1}, true, 0, false});
+    // sliding window 128 in a ring of 128 + 512 - 1: before, at and past the boundary.
+    for (int32_t p : {5, 127, 128, 129, 700, 1500})
+      run_attention_case(f, {kv, 64, 8, 64, 128, 639, {p}, {1}});
+  }
+  // dominating sink: the output shrinks towards 0, relative error still small.
+  run_attention_case(f, {DType::F32, 64, 8, 64, 0, 0, {300}, {1}, true, 30.0f});
+  // no sinks; tiny head_dim, n_rep 2; prefill chunks of two sequences.
+  run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
+  run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});
+  run_attention_case(f, {DType::F32, 8, 1, 128, 0, 0, {33}, {6}});
+}
+
+TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(GetParam());
+  SEED_TRACE(f.rng);
+  const auto freqs = model::compute_rope_freqs(model::RopeParams{});
+  struct Case { DType wt, kv; int64_t n_embd, n_head, n_head_kv, hd, n_tok; int32_t pos0; bool ring; int32_t cap; };
+  for (const Case& c : {Case{DType::Q8_0, DType::F16, 2880, 64, 8, 64, 1, 4100, false, 0},
+                        Case{DType::Q8_0, DType::F32, 96, 4, 2, 16, 5, 3, true, 12},
+                        Case{DType::F32, DType::F16, 40, 4, 1, 64, 2, 700, true, 639}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.wt) << " n_embd " << c.n_embd << " n_tok " << c.n_tok);
+    const int64_t Q = c.n_head * c.hd, KV = c.n_head_kv * c.hd;
+    HostWeight wq(f.rng, c.wt, c.n_embd, Q), wk(f.rng, c.wt, c.n_embd, KV), wv(f.rng, c.wt, c.n_embd, KV);
+    auto bq = f.rng.vec(Q), bk = f.rng.vec(KV), bv = f.rng.vec(KV), x = f.rng.vec(c.n_tok * c.n_embd);
+    std::vector<int32_t> pos(c.n_tok);
+    for (int64_t i = 0; i < c.n_tok; ++i) pos[i] = c.pos0 + static_cast<int32_t>(i);
+    const int64_t slots = c.ring ? c.cap : c.pos0 + c.n_tok, esz = c.kv == DType::F16 ? 2 : 4;
+    std::vector<uint8_t> hk(slots * KV * esz, 0), hv(slots * KV * esz, 0);
+    std::vector<float> q(c.n_tok * Q), k(c.n_tok * KV), v(c.n_tok * KV);
+    AttnSeq cs{.tok0 = 0, .n_tok = c.n_tok, .pos0 = c.pos0, .k = hk.data(), .v = hv.data(),
+               .capacity = static_cast<int32_t>(slots), .ring = c.ring};
+    const auto xr = f.q8x && q8x_type(c.wt) ? q8_roundtrip(x, c.n_embd) : x;
+    f.cpu->attn_qkv({.x = xr.data(), .wq = wq.view, .wk = wk.view, .wv = wv.view, .bq = bq.data(), .bk = bk.data(),
+                     .bv = bv.data(), .q = q.data(), .k = k.data(), .v = v.data(), .pos = pos.data(),
+                     .inv_freq = freqs.inv_freq.data(), .mscale = freqs.mscale, .n_tok = c.n_tok, .n_head = c.n_head,
+                     .n_head_kv = c.n_head_kv, .head_dim = c.hd, .kv_type = c.kv, .seqs = std::span(&cs, 1)});
+    auto gk = std::move(f.gpu->alloc(hk.size())).value(), gv = std::move(f.gpu->alloc(hv.size())).value();
+    f.gpu->upload(gk->data(), hk.data(), hk.size());
+    f.gpu->upload(gv->data(), hv.data(), hv.size());
+    Dev dx = Dev::from(*f.gpu, x), dbq = Dev::from(*f.gpu, bq), dbk = Dev::from(*f.gpu, bk), dbv = Dev::from(*f.gpu, bv),
+        dp = Dev::from(*f.gpu, pos), dfr = Dev::from(*f.gpu, freqs.inv_freq), dq = Dev::poisoned<float>(*f.gpu, q.size()),
+        dk = Dev::poisoned<float>(*f.gpu, k.size()), dv = Dev::poisoned<float>(*f.gpu, v.size());
+    AttnSeq gs = cs;
+    gs.k = gk->data();
+    gs.v = gv->data();
+    f.gpu->attn_qkv({.x = dx.as<float>(), .wq = on_gpu(*f.gpu, wq.view), .wk = on_gpu(*f.gpu, wk.view),
+                     .wv = on_gpu(*f.gpu, wv.view), .bq = dbq.as<float>(), .bk = dbk.as<float>(),
+                     .bv = dbv.as<float>(), .q = dq.as<float>(), .k = dk.as<float>(), .v = dv.as<float>(),
+                     .pos = dp.as<int32_t>(), .inv_freq = dfr.as<float>(), .mscale = freqs.mscale, .n_tok = c.n_tok,
+                     .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd, .kv_type = c.kv,
+                     .seqs = std::span(&gs, 1)});
+    expect_close(dq.get<float>(q.size()), q, 2e-5, 1e-5, "q");
+    expect_close(dk.get<float>(k.size()), k, 2e-5, 1e-5, "k");
+    expect_close(dv.get<float>(v.size()), v, 2e-5, 1e-5, "v");
+    // Cache rows of this chunk, as floats.
+    std::vector<uint8_t> got(hk.size());
+    f.gpu->download(got.data(), gk->data(), got.size());
+    std::vector<float> gotf, wantf;
+    for (int64_t i = 0; i < c.n_tok; ++i) {
+      const int64_t slot = c.ring ? (c.pos0 + i) % c.cap : c.pos0 + i;
+      for (int64_t e = 0; e < KV; ++e) {
+        const int64_t off = (slot * KV + e) * esz;
+        float a, b;
+        if (esz == 2) {
+          uint16_t ha, hb;
+          std::memcpy(&ha, got.data() + off, 2);
+          std::memcpy(&hb, hk.data() + off, 2);
+          a = f16_to_f32(ha);
+          b = f16_to_f32(hb);
+        } else {
+          std::memcpy(&a, got.data() + off, 4);
+          std::memcpy(&b, hk.data() + off, 4);
+        }
+        gotf.push_back(a);
+        wantf.push_back(b);
+      }
+    }
+    expect_close(gotf, wantf, 2e-3, 1e-5, "k cache rows");  // f16: one rounding step apart at most
+  }
+}
+
+TEST(CudaOps, ArgmaxTiesAndFeedback) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  const int64_t n = 201088;
+  auto x = f.rng.vec(2 * n, -5, 5);
+  const int a = f.rng.integer(0, n - 1), b = f.rng.integer(0, n - 1);
+  x[std::max(a, b)] = 7.0f;  // a tie in row 0: the lower index must win
+  x[std::min(a, b)] = 7.0f;
+  x[n + 123456] = 9.0f;
+  std::vector<int32_t> out(2), pos = {10, 20}, hist(40, -1);
+  f.cpu->argmax({.x = x.data(), .out = out.data(), .n_rows = 2, .n = n, .pos = pos.data(), .history = hist.data()});
+  EXPECT_EQ(out[0], std::min(a, b));
+  EXPECT_EQ(out[1], 123456);
+  Dev dx = Dev::from(*f.gpu, x), dout = Dev::poisoned<int32_t>(*f.gpu, 2), dp = Dev::from(*f.gpu, std::vector<int32_t>{10, 20}),
+      dh = Dev::from(*f.gpu, std::vector<int32_t>(40, -1));
+  for (int rep = 0; rep < 2; ++rep)  // twice: the completion counters must reset
+    f.gpu->argmax({.x = dx.as<float>(), .out = dout.as<int32_t>(), .n_rows = 2, .n = n, .pos = dp.as<int32_t>(),
+                   .history = dh.as<int32_t>()});
+  EXPECT_EQ(dout.get<int32_t>(2), out);
+  EXPECT_EQ(dp.get<int32_t>(2), (std::vector<int32_t>{12, 22}));
+  auto h = dh.get<int32_t>(40);
+  EXPECT_EQ(h[11], out[0]);
+  EXPECT_EQ(h[12], out[0]);
+  EXPECT_EQ(h[21], out[1]);
+  EXPECT_EQ(h[22], out[1]);
+}
+
+TEST(CudaOps, GraphReplaysWithNewInputs) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  HostWeight w(f.rng, DType::Q8_0, 256, 77);
+  const WeightView gw = on_gpu(*f.gpu, w.view);
+  auto x1 = f.rng.vec(256), x2 = f.rng.vec(256);
+  Dev dx = Dev::from(*f.gpu, x1), dy = Dev::poisoned<float>(*f.gpu, 77);
+  auto g = f.gpu->capture([&] { f.gpu->matmul({.w = gw, .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = 1}); });
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  for (const auto* xv : {&x1, &x2}) {
+    f.gpu->upload(dx.as<float>(), xv->data(), 256 * 4);
+    ASSERT_TRUE(g.value()->launch().is_ok());
+    std::vector<float> want(77);
+    const auto xr = q8_roundtrip(*xv, 256);
+    f.cpu->matmul({.w = w.view, .x = xr.data(), .y = want.data(), .n_tok = 1});
+    expect_close(dy.get<float>(77), want, 2e-5, 1e-5, "graph replay");
+  }
+}
+
+}  // namespace
+}  // namespace brass::backend

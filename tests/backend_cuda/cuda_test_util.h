@@ -1,0 +1,97 @@
+// Helpers for the CUDA parity tests: skip without a device, the CPU reference backend
+// (BRASS_CPU_KERNELS=ref: plain loops, the oracle), random inputs from a fresh seed,
+// device <-> host copies and tolerant comparisons (the CUDA kernels reduce in another
+// order, so results agree to f32 rounding, not bit for bit).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace brass::backend::testing {
+
+#define BRASS_REQUIRE_CUDA()                                        \
+  do {                                                              \
+    std::string why_;                                               \
+    if (!::brass::backend::cuda_available(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+inline std::unique_ptr<Backend> reference_backend() {
+  ::setenv("BRASS_CPU_KERNELS", "ref", 1);
+  return make_cpu_backend(2);
+}
+
+struct Rng {
+  uint32_t seed;
+  std::mt19937 gen;
+  Rng() : seed(std::random_device{}()), gen(seed) {}
+  float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
+  std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = uni(lo, hi);
+    return v;
+  }
+  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
+};
+#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
+
+// A device buffer with typed host round trips.
+struct Dev {
+  std::unique_ptr<Buffer> buf;
+  Backend* be = nullptr;
+  template <class T>
+  static Dev from(Backend& b, const std::vector<T>& host) {
+    Dev d;
+    d.be = &b;
+    auto r = b.alloc(host.size() * sizeof(T) + 16);
+    EXPECT_TRUE(r.is_ok());
+    d.buf = std::move(r).value();
+    if (!host.empty()) b.upload(d.buf->data(), host.data(), host.size() * sizeof(T));
+    return d;
+  }
+  template <class T>
+  static Dev poisoned(Backend& b, size_t n) {  // NaN-filled (floats) so unwritten outputs show
+    std::vector<T> h(n);
+    for (auto& x : h) x = static_cast<T>(std::nan(""));
+    if constexpr (std::is_integral_v<T>) for (auto& x : h) x = static_cast<T>(-7777);
+    return from(b, h);
+  }
+  template <class T>
+  T* as() { return buf->as<T>(); }
+  template <class T>
+  std::vector<T> get(size_t n) {
+    std::vector<T> h(n);
+    be->synchronize();
+    be->download(h.data(), buf->data(), n * sizeof(T));
+    return h;
+  }
+};
+
+// max |a - b| <= atol + rtol * max|b|, NaN fails; reports the first few bad indices.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol, double atol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double mx = 0;
+  for (float w : want) mx = std::max(mx, static_cast<double>(std::fabs(w)));
+  const double tol = atol + rtol * mx;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(d <= tol)) {
+      if (bad++ < 3) ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << " vs reference " << want[i];
+    }
+    if (d > worst || std::isnan(d)) worst = d;
+  }
+  if (bad) ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " off (tol " << tol << ", worst " << worst << ")";
+}
+
+}  // namespace brass::backend::testing
