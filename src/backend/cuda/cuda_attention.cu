@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnPara
   const int32_t n_keys = pq - lo + 1;
   const int32_t per = (n_keys + p.n_splits - 1) / p.n_splits;
   const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
+  if (k0 >= k1) return;  // an empty split (short history): the combine skips it
 
   for (int i = threadIdx.x; i < n_rep * D; i += blockDim.x) {
     const int r = i / D, d = i % D;
@@ -199,16 +200,23 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnPara
 }
 
 // grid (n_tok, n_head), D threads: merge the splits and the sink.
+// Only the splits the split kernel filled are read: with n_keys keys and per =
+// ceil(n_keys / n_splits) keys a split, the first ceil(n_keys / per) splits.
 template <int D>
 __global__ void attn_combine_kernel(const float* __restrict__ partial, const float* __restrict__ sinks,
-                                    float* out, int n_head, int n_splits) {
+                                    float* out, int n_head, int n_splits, const int32_t* pos, int32_t pos0,
+                                    int32_t window) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int32_t pq = pos ? pos[t] : pos0 + t;
+  const int32_t n_keys = pq - (window > 0 ? max(0, pq - window + 1) : 0) + 1;
+  const int32_t per = (n_keys + n_splits - 1) / n_splits;
+  const int used = (n_keys + per - 1) / per;
   const float* pp = partial + (static_cast<int64_t>(t) * n_head + h) * n_splits * (D + 2);
   float M = sinks ? sinks[h] : -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+  for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
   float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
-  for (int s = 0; s < n_splits; ++s) {
+  for (int s = 0; s < used; ++s) {
     const float ms = pp[s * (D + 2)];
     if (ms == -INFINITY) continue;
     const float f = __expf(ms - M);
@@ -409,7 +417,7 @@ static void attention_d(const AttentionP& a, float* partial, cudaStream_t st) {
     BRASS_CUDA_LAUNCHED();
     dim3 cgrid(static_cast<unsigned>(s.n_tok), static_cast<unsigned>(a.n_head));
     attn_combine_kernel<D><<<cgrid, D, 0, st>>>(partial, a.sinks, a.out + s.tok0 * a.n_head * D,
-                                                static_cast<int>(a.n_head), p.n_splits);
+                                                static_cast<int>(a.n_head), p.n_splits, p.pos, p.pos0, p.window);
     BRASS_CUDA_LAUNCHED();
   }
 }
