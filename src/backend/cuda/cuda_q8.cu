@@ -25,9 +25,12 @@ __global__ void __launch_bounds__(kThreads) matmul_q8x_kernel(DevW w, const floa
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + n);
   const int64_t t = blockIdx.y;
-  if (threadIdx.x == 0 && t == 0) {  // this block's weight rows (static) into L2 while waiting
+  const int64_t rb = TYPE == kQ8 ? n : n / 2;
+  // This block's weight rows (static) into L2 while waiting, for matrices that fit in L2
+  // with room to spare: for a big one (the 615 MB output matrix) most blocks start long
+  // after the wait and the prefetch only competes with the loads (measured slower).
+  if (threadIdx.x == 0 && t == 0 && w.rows * rb <= (int64_t(32) << 20)) {
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rpb, nr = min(static_cast<int64_t>(rpb), w.rows - r0);
-    const int64_t rb = TYPE == kQ8 ? n : n / 2;
     prefetch_l2(w.q + r0 * rb, nr * rb);
     prefetch_l2(w.s + r0 * (n / 32) * (TYPE == kQ8 ? 2 : 1), nr * (n / 32) * (TYPE == kQ8 ? 2 : 1));
   }
