@@ -24,6 +24,7 @@ Runner add_convert(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
 Runner add_render(CLI::App& app);  // cmd_render.cpp
+Runner add_serve(CLI::App& app);   // cmd_serve.cpp: the OpenAI-compatible HTTP server
 
 // `brass run --chat` (cmd_chat.cpp); cmd_run.cpp parses the options.
 struct ChatOptions {

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   add("convert", "convert a Hugging Face gpt-oss checkpoint directory to GGUF", add_convert);
   add("tokenize", "print the token ids of a text", add_tokenize);
   add("detokenize", "print the text of token ids", add_detokenize);
+#ifdef BRASS_HAVE_SERVER
+  add("serve", "OpenAI-compatible HTTP server + web chat UI (no -m: the built-in tiny model)", add_serve);
+#endif
   add("render", "render a JSON conversation as a Harmony prompt: text and token ids", add_render);
   try {
     app.parse(argc, argv);

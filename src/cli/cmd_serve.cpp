@@ -1,0 +1,60 @@
+// `brass serve`: the OpenAI-compatible HTTP server and web chat UI (src/server). Binds
+// the listener first (loopback by default), loads the model in the background with a
+// progress bar (/health answers 503 until it is ready), and runs until SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <pthread.h>
+
+#include "cli/commands.h"
+#include "server/server.h"
+
+namespace brass::cli {
+
+Runner add_serve(CLI::App& app) {
+  auto o = std::make_shared<server::ServerOptions>();
+  o->progress = true;
+  app.add_option("-m,--model", o->model_path,
+                 "GGUF file (default: the built-in tiny model: real o200k vocabulary, RANDOM weights)");
+  app.add_option("--host", o->host, "address to listen on (loopback by default)")->capture_default_str();
+  app.add_option("--port", o->port, "port (0: any free port, printed)")->capture_default_str();
+  app.add_option("--parallel", o->parallel, "sequences generated at once (continuous batching)")->capture_default_str();
+  app.add_option("-c,--ctx", o->n_ctx, "context size per sequence (prompt + completion)")->capture_default_str();
+  app.add_option("--max-queue", o->max_queue, "waiting requests before answering 503")->capture_default_str();
+  app.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (also $BRASS_API_KEY)");
+  app.add_option("--alias", o->model_name, "model id reported by /v1/models (default: the file name)");
+  app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
+  app.add_option("--http-threads", o->http_threads, "HTTP worker threads (default: from --parallel)");
+  app.add_option("--max-body", o->max_body_bytes, "largest request body in bytes (larger: 413)")->capture_default_str();
+  // TEST ONLY: lets a request force the first generated tokens (brass_test_force), so
+  // end-to-end tests can drive the real model path through known Harmony structure.
+  app.add_flag("--test-hooks", o->test_hooks, "TEST ONLY: accept the brass_test_force request field")->group("");
+  app.add_option("--test-load-delay-ms", o->test_load_delay_ms, "TEST ONLY: delay the model load")->group("");
+  return [o]() -> int {
+    server::ServerOptions opts = *o;
+    if (opts.model_path.empty()) opts.model_path = builtin_model_path();
+    if (opts.api_key.empty()) {
+      if (const char* k = std::getenv("BRASS_API_KEY")) opts.api_key = k;
+    }
+    // Signals go to the thread that waits for them (sigwait), not to server threads.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    auto srv = server::Server::create(opts);
+    if (!srv) return fail(srv.status().message());
+    if (auto st = (*srv)->start(); !st) return fail(st.message());
+    std::fprintf(stderr, "brass: serve: listening on http://%s:%d (web UI at /, API at /v1)\n", opts.host.c_str(),
+                 (*srv)->port());
+    std::fflush(stderr);
+    int sig = 0;
+    sigwait(&set, &sig);
+    std::fprintf(stderr, "brass: serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    (*srv)->stop();
+    return 0;
+  };
+}
+
+}  // namespace brass::cli
