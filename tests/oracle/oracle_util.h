@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -74,7 +75,9 @@ inline uint64_t fresh_seed() {
 struct Comparison {
   double max_abs = 0;          // max |a - b| over everything
   double max_rel_row = 0;      // max over rows of max|a-b| / max|a|
-  double rms_rel = 0;          // sqrt(mean (a-b)^2) / sqrt(mean a^2): the typical error
+  double rms_rel = 0;          // sqrt(mean (a-b)^2) / sqrt(mean a^2) over everything
+  double median_row_rms_rel = 0;  // median over rows of the same ratio: robust to a few
+                                  // rows where a router's top-4 flipped
   int argmax_mismatch = 0;     // rows whose argmax differs while the reference's top-2 margin > tie_margin
   int near_ties = 0;           // rows whose argmax differs inside the tie margin
   std::string worst;
@@ -87,7 +90,9 @@ inline Comparison compare_logits(const float* a, const float* b, int64_t n_rows,
                                  double tie_margin) {
   Comparison c;
   double sum_d2 = 0, sum_a2 = 0;
+  std::vector<double> row_rel;
   for (int64_t r = 0; r < n_rows; ++r) {
+    double row_d2 = 0, row_a2 = 0;
     const float* x = a + r * n_vocab;
     const float* y = b + r * n_vocab;
     int64_t ax = 0, ay = 0;
@@ -99,19 +104,26 @@ inline Comparison compare_logits(const float* a, const float* b, int64_t n_rows,
         c.worst = fmt::format("row {} token {}: ref {} brass {}", r, i, x[i], y[i]);
       }
       row_max = std::max(row_max, d);
-      sum_d2 += d * d;
-      sum_a2 += static_cast<double>(x[i]) * x[i];
+      row_d2 += d * d;
+      row_a2 += static_cast<double>(x[i]) * x[i];
       row_abs = std::max(row_abs, std::fabs(static_cast<double>(x[i])));
       if (x[i] > x[ax]) ax = i;
       if (y[i] > y[ay]) ay = i;
     }
     c.max_rel_row = std::max(c.max_rel_row, row_max / std::max(row_abs, 1e-30));
+    sum_d2 += row_d2;
+    sum_a2 += row_a2;
+    row_rel.push_back(std::sqrt(row_d2 / std::max(row_a2, 1e-300)));
     if (ax != ay) {
       if (x[ax] - x[ay] < tie_margin) ++c.near_ties;
       else ++c.argmax_mismatch;
     }
   }
   c.rms_rel = std::sqrt(sum_d2 / std::max(sum_a2, 1e-300));
+  if (!row_rel.empty()) {
+    std::nth_element(row_rel.begin(), row_rel.begin() + row_rel.size() / 2, row_rel.end());
+    c.median_row_rms_rel = row_rel[row_rel.size() / 2];
+  }
   return c;
 }
 
