@@ -57,12 +57,13 @@ struct PumpResult {
   runtime::Timings timings;
   bool cancelled = false;
 };
-PumpResult pump(runtime::RequestHandle& h, const std::atomic<bool>& stopping, const std::function<bool(const Event&)>& fn) {
+PumpResult pump(runtime::RequestHandle& h, const std::atomic<bool>& stopping, const std::function<bool(const Event&)>& fn,
+               const std::function<bool()>& idle = {}) {
   PumpResult r;
   for (;;) {
     Event ev;
-    if (!h.next(ev, std::chrono::milliseconds(100))) {
-      if (stopping && !r.cancelled) h.cancel(), r.cancelled = true;
+    if (!h.next(ev, std::chrono::milliseconds(50))) {
+      if (!r.cancelled && (stopping || (idle && !idle()))) h.cancel(), r.cancelled = true;
       continue;
     }
     if (ev.kind == Event::Kind::kDone) {
@@ -184,8 +185,21 @@ void start_sse(Server::Impl& s, httplib::Response& res, std::function<void(const
   res.set_chunked_content_provider("text/event-stream", [&s, body = std::move(body)](size_t, httplib::DataSink& sink) {
     ++s.streams_open;
     bool gone = false;
+    auto last_write = std::chrono::steady_clock::now();
     SseWrite write = [&](const std::string& event, const Json& data) {
       if (gone) return false;
+      const auto now = std::chrono::steady_clock::now();
+      if (event == ":") {
+        // Heartbeat: an SSE comment when nothing was written for 100 ms. A client that
+        // went away makes the second write after its close fail, so a generation that
+        // streams no deltas (e.g. still in a Harmony header) is cancelled promptly too.
+        if (now - last_write < std::chrono::milliseconds(100)) return true;
+        last_write = now;
+        static const char kPing[] = ": ping\n\n";
+        if (!sink.write(kPing, sizeof kPing - 1)) gone = true;
+        return !gone;
+      }
+      last_write = now;
       std::string msg;
       if (!event.empty()) msg += "event: " + event + "\n";
       msg += "data: " + (data.is_string() ? data.get<std::string>() : dump_json(data)) + "\n\n";
@@ -342,6 +356,7 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
         }
         if (!chunk(ev.index, delta, nullptr, lp)) return false;
       }
+      if (!write(":", nullptr)) return false;
       if (ev.kind == Event::Kind::kFinish || (!c.finish.empty() && ev.kind == Event::Kind::kToken)) {
         if (c.finish.rfind("error:", 0) == 0) {
           error = c.finish.substr(6);
@@ -354,7 +369,7 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
         }
       }
       return more;
-    });
+    }, [&] { return write(":", nullptr); });
     if (!error.empty()) {
       write("", server_error("generation failed: " + error).to_json());
       return;
@@ -484,12 +499,13 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
       feed(ev, &rel, &more);
       ChoiceState& c = (*choices)[ev.index];
       if (!rel.empty() && !chunk(ev.index, rel, nullptr)) return false;
+      if (!write(":", nullptr)) return false;
       if (!c.finish.empty() && !c.finish_sent) {
         c.finish_sent = true;
         if (!chunk(ev.index, "", c.finish.rfind("error:", 0) == 0 ? "error" : c.finish)) return false;
       }
       return more;
-    });
+    }, [&] { return write(":", nullptr); });
     for (int i = 0; i < g.n; ++i) {
       ChoiceState& c = (*choices)[i];
       if (!c.finish_sent) c.finish_sent = true, chunk(i, "", c.finish.empty() ? "stop" : c.finish);

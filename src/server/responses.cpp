@@ -203,8 +203,8 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
       bool cancelled = false;
       for (;;) {
         Event ev;
-        if (!handle->next(ev, std::chrono::milliseconds(100))) {
-          if (stopping && !cancelled) handle->cancel(), cancelled = true;
+        if (!handle->next(ev, std::chrono::milliseconds(50))) {
+          if (!cancelled && (stopping || !emit(":", nullptr))) handle->cancel(), cancelled = true, *gone = !stopping;
           continue;
         }
         if (ev.kind == Event::Kind::kDone) {
@@ -222,7 +222,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
           if (finish.empty()) finish = runtime::finish_reason_name(ev.finish);
           if (ev.finish == runtime::FinishReason::kError) error = ev.error;
         }
-        bool ok = true;
+        bool ok = emit(":", nullptr);
         for (const auto& d : deltas) ok = ok && builder.on(d);
         if (!ok) *gone = true;
         if (!ok || (finish == "stop" && mapper->stopped_by_string())) handle->cancel(), cancelled = true;
@@ -239,7 +239,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
 
   if (!g.stream) {
     bool gone = false;
-    Json out = run([](const std::string&, Json) { return true; }, &gone);
+    Json out = run([](const std::string&, const Json&) { return true; }, &gone);
     std::string text;
     for (const auto& item : out["output"]) {
       if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
@@ -251,6 +251,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
   start_sse(*this, res, [run, response_obj](const SseWrite& write) {
     int64_t seq = 0;
     auto emit = [&](const std::string& type, Json data) {
+      if (type == ":") return write(":", nullptr);  // heartbeat (see start_sse)
       Json ev{{"type", type}, {"sequence_number", seq++}};
       for (auto& [k, v] : data.items()) ev[k] = v;
       return write(type, ev);

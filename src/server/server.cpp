@@ -194,6 +194,13 @@ void Server::Impl::routes() {
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (res.status >= 500) ++http_errors_5xx;
     else if (res.status >= 400) ++http_errors_4xx;
+    {
+      std::lock_guard<std::mutex> lk(status_mu);
+      ++error_statuses[res.status];
+    }
+    if (res.status >= 500 && res.status != 503) {
+      std::fprintf(stderr, "brass: serve: %d for %s %s\n", res.status, req.method.c_str(), req.path.c_str());
+    }
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.status = res.status;
@@ -291,6 +298,14 @@ void Server::Impl::routes() {
     counter("streams_open", "SSE streams open now", "gauge", static_cast<double>(streams_open.load()));
     counter("client_disconnects_total", "streams ended by the client going away (generation cancelled)", "counter",
             static_cast<double>(client_disconnects.load()));
+    {
+      std::lock_guard<std::mutex> lk(status_mu);
+      text += "# HELP brass_server_http_error_responses_total responses with a status >= 400, by status\n"
+              "# TYPE brass_server_http_error_responses_total counter\n";
+      for (const auto& [code, n] : error_statuses) {
+        text += fmt::format("brass_server_http_error_responses_total{{code=\"{}\"}} {}\n", code, n);
+      }
+    }
     counter("model_ready", "1 once the model is loaded", "gauge", state.load() == State::kReady ? 1.0 : 0.0);
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -60,6 +60,8 @@ class Server::Impl {
   std::atomic<uint64_t> streams_started{0}, client_disconnects{0};
   std::atomic<int64_t> streams_open{0};
   std::atomic<bool> stopping{false};
+  std::mutex status_mu;
+  std::map<int, uint64_t> error_statuses;  // responses with status >= 400, by status
 
   void load();
   void routes();
