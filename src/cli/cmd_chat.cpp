@@ -33,6 +33,7 @@
 
 #include "cli/chat_display.h"
 #include "cli/commands.h"
+#include "cli/load_model.h"
 #include "core/env.h"
 #include "core/timer.h"
 #include "gguf/reader.h"
@@ -90,22 +91,24 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 int run_chat(const ChatOptions& o) {
   const bool builtin = o.model.empty();
-  const std::string path = builtin ? builtin_model_path() : o.model;
   if (o.n_predict <= 0) return fail("-n must be > 0 in chat mode");
-  auto reader = gguf::Reader::open(path);
-  if (!reader) return fail(reader.status().message());
-  const bool synthetic = (*reader)->find("brass.synthetic") != nullptr;
-  auto tokenizer_r = tok::Tokenizer::from_gguf(**reader);
-  if (!tokenizer_r) return fail(tokenizer_r.status().message());
-  const tok::Tokenizer& tk = **tokenizer_r;
-  model::ModelOptions mo;
-  mo.n_threads = o.threads;
-  mo.n_ctx = o.n_ctx;
-  mo.yarn_rounded = o.yarn_rounded;
-  Timer load_timer;
-  auto mdl = model::Model::load(std::move(*reader), mo);
-  if (!mdl) return fail(mdl.status().message());
-  model::Model& m = **mdl;
+  auto dev = parse_device(o.device);
+  if (!dev) return fail(dev.status().message());
+  LoadRequest req;
+  req.model = o.model;
+  req.device = *dev;
+  req.options.n_threads = o.threads;
+  req.options.n_ctx = o.n_ctx;
+  req.options.yarn_rounded = o.yarn_rounded;
+  auto loaded = load_model(req);
+  if (!loaded) return fail(loaded.status().message());
+  const std::string& path = loaded->path;
+  const bool synthetic = loaded->synthetic;
+  const tok::Tokenizer& tk = *loaded->tokenizer;
+  model::Model& m = *loaded->model;
+  // Greedy without penalties on a device: the backend picks each next token
+  // (decode_greedy, one step per call) and no logits row is copied back.
+  const bool device_greedy = loaded->device == Device::kCuda && is_plain_greedy(o.sampler);
   const int64_t n_vocab = m.config().n_vocab;
 
   // Turn-ending tokens: <|return|>, <|call|> (harmony's assistant-action stops) and EOS.
@@ -137,7 +140,9 @@ int run_chat(const ChatOptions& o) {
   }
   std::fprintf(stderr, "brass: chat: reasoning %s, seed %llu, up to %d tokens per answer, loaded in %.2f s\n",
                std::string(harmony::reasoning_effort_name(o.reasoning)).c_str(),
-               static_cast<unsigned long long>(o.sampler.seed), o.n_predict, load_timer.seconds());
+               static_cast<unsigned long long>(o.sampler.seed), o.n_predict, loaded->load_s);
+  std::fprintf(stderr, "brass: device %s%s\n", loaded->device_desc.c_str(),
+               device_greedy ? " (greedy: tokens picked on the device)" : "");
   if (tty_in) std::fprintf(stderr, "brass: type a message; /exit to quit, /reset for a new conversation\n");
 
   if (auto s = m.add_sequence(0); !s) return fail(s.message());
@@ -210,8 +215,15 @@ int run_chat(const ChatOptions& o) {
     Timer t_decode;
     {
       SigintGuard guard;
+      int32_t next = -1;  // device_greedy: the token decode_greedy picked
+      std::vector<int32_t> picked;
       for (int i = 0;; ++i) {
-        const auto r = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), kv_tokens);
+        runtime::SampleResult r;
+        if (next >= 0) {
+          r.token = next;
+        } else {
+          r = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), kv_tokens);
+        }
         generated.push_back(r.token);
         events.clear();
         (void)parser.push(r.token, &events);  // recovering mode: never fails
@@ -238,9 +250,14 @@ int run_chat(const ChatOptions& o) {
           stop_reason = "context full";
           break;
         }
-        model::SeqChunk step{0, std::span<const int32_t>(&generated.back(), 1),
-                             static_cast<int32_t>(kv_tokens.size()), false};
-        if (auto s = m.forward(std::span<const model::SeqChunk>(&step, 1), out); !s) return fail(s.message());
+        if (device_greedy) {
+          if (auto s = m.decode_greedy(0, r.token, 1, picked); !s) return fail(s.message());
+          next = picked[0];
+        } else {
+          model::SeqChunk step{0, std::span<const int32_t>(&generated.back(), 1),
+                               static_cast<int32_t>(kv_tokens.size()), false};
+          if (auto s = m.forward(std::span<const model::SeqChunk>(&step, 1), out); !s) return fail(s.message());
+        }
         kv_tokens.push_back(r.token);
       }
     }

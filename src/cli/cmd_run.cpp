@@ -4,7 +4,9 @@
 // built-in tiny model, whose weights are RANDOM (it exercises the engine, it does not
 // produce meaningful text). `brass run --chat` is the interactive Harmony chat
 // (cmd_chat.cpp); its options are parsed here.
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/load_model.h"
 #include "core/timer.h"
 #include "gguf/reader.h"
 #include "model/model.h"
@@ -54,6 +57,7 @@ Runner add_run(CLI::App& app) {
     int64_t n_ctx = 4096;
     bool chat = false, show_prompt = false;
     std::string reasoning = "medium", system, date, drop_rule = "last_final";
+    std::string device = "auto";
   };
   auto o = std::make_shared<Opts>();
   o->sp.temperature = 1.0f;
@@ -74,6 +78,8 @@ Runner add_run(CLI::App& app) {
   app.add_flag("--json", o->json, "print one JSON object {tokens, prompt_tokens, text, timings}");
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("-c,--ctx", o->n_ctx, "context size per sequence")->capture_default_str();
+  app.add_option("--device", o->device, "cpu | cuda | auto (auto: CUDA when built with it and a GPU is present)")
+      ->capture_default_str();
   app.add_flag("--yarn-rounded", o->yarn_rounded, "llama.cpp's rounded YaRN ramp (bit-parity with llama.cpp)");
   auto* chat = app.add_flag("--chat", o->chat,
                             "interactive Harmony chat: each stdin line is a user turn (/exit, /reset; EOF ends)");
@@ -94,7 +100,6 @@ Runner add_run(CLI::App& app) {
              "256 in chat) caps each answer.");
   return [o, &app]() -> int {
     const bool builtin = o->model.empty();
-    const std::string path = builtin ? builtin_model_path() : o->model;
     if (app.count("--seed") == 0) o->sp.seed = std::random_device{}();
     if (o->n_predict < 0) return fail("-n must be >= 0");
     if (o->chat) {
@@ -117,24 +122,25 @@ Runner add_run(CLI::App& app) {
       if (!rule) return fail(rule.status().message());
       c.drop_rule = *rule;
       c.show_prompt = o->show_prompt;
+      c.device = o->device;
       return run_chat(c);
     }
     if (o->prompt.empty() && o->tokens.empty()) return fail("give a prompt with -p TEXT or --tokens IDS");
 
-    auto reader = gguf::Reader::open(path);
-    if (!reader) return fail(reader.status().message());
-    const bool synthetic = (*reader)->find("brass.synthetic") != nullptr;
-    auto tokenizer = tok::Tokenizer::from_gguf(**reader);
-    if (!tokenizer) return fail(tokenizer.status().message());
-    model::ModelOptions mo;
-    mo.n_threads = o->threads;
-    mo.n_ctx = o->n_ctx;
-    mo.yarn_rounded = o->yarn_rounded;
-    Timer load_timer;
-    auto mdl = model::Model::load(std::move(*reader), mo);
-    if (!mdl) return fail(mdl.status().message());
-    auto& m = **mdl;
-    const double load_s = load_timer.seconds();
+    LoadRequest req;
+    req.model = o->model;
+    req.options.n_threads = o->threads;
+    req.options.n_ctx = o->n_ctx;
+    req.options.yarn_rounded = o->yarn_rounded;
+    auto dev = parse_device(o->device);
+    if (!dev) return fail(dev.status().message());
+    req.device = *dev;
+    auto loaded = load_model(req);
+    if (!loaded) return fail(loaded.status().message());
+    auto& m = *loaded->model;
+    const tok::Tokenizer& tk = *loaded->tokenizer;
+    const bool synthetic = loaded->synthetic;
+    const double load_s = loaded->load_s;
     const int64_t n_vocab = m.config().n_vocab;
 
     std::vector<int32_t> prompt;
@@ -143,7 +149,7 @@ Runner add_run(CLI::App& app) {
       if (!ids) return fail(ids.status().message());
       prompt = *ids;
     } else {
-      prompt = (*tokenizer)->encode(o->prompt, /*allow_special=*/true);
+      prompt = tk.encode(o->prompt, /*allow_special=*/true);
       if (prompt.empty()) return fail("the prompt encodes to no tokens");
     }
     if (static_cast<int64_t>(prompt.size()) >= o->n_ctx) {
@@ -151,12 +157,16 @@ Runner add_run(CLI::App& app) {
     }
     std::set<int32_t> stop;
     for (const char* s : {"<|return|>", "<|call|>", "<|endoftext|>"}) {
-      if (auto id = (*tokenizer)->special(s)) stop.insert(*id);
+      if (auto id = tk.special(s)) stop.insert(*id);
     }
     if (auto eos = m.reader().get_uint("tokenizer.ggml.eos_token_id")) stop.insert(static_cast<int32_t>(*eos));
+    // Greedy without penalties on a device: the backend picks the tokens (decode_greedy,
+    // kDeviceChunk steps per host round trip); logprobs are then not computed.
+    const bool device_greedy = loaded->device == Device::kCuda && is_plain_greedy(o->sp);
 
     if (!o->json) {
-      std::fprintf(stderr, "brass: %s\nbrass: %s\n", path.c_str(), m.summary().c_str());
+      std::fprintf(stderr, "brass: %s\nbrass: %s\nbrass: device %s%s\n", loaded->path.c_str(), m.summary().c_str(),
+                   loaded->device_desc.c_str(), device_greedy ? " (greedy: tokens picked on the device)" : "");
       if (builtin || synthetic) {
         std::fprintf(stderr, "brass: NOTE: this model has RANDOM weights (%s): the text below is gibberish by design\n",
                      builtin ? "built-in tiny model" : "made by brass synth");
@@ -167,7 +177,7 @@ Runner add_run(CLI::App& app) {
 
     if (auto s = m.add_sequence(0); !s) return fail(s.message());
     runtime::Sampler sampler(o->sp);
-    tok::StreamDecoder dec(**tokenizer);
+    tok::StreamDecoder dec(tk);
     std::vector<int32_t> history = prompt, generated;
     std::vector<float> logprobs;
     std::string text, stop_reason = "length";
@@ -179,31 +189,57 @@ Runner add_run(CLI::App& app) {
     const double prefill_s = t_prefill.seconds();
 
     Timer t_decode;
-    int n_decoded = 0;  // forward calls after the prefill
-    for (int i = 0; i < o->n_predict; ++i) {
-      const auto r = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), history);
-      generated.push_back(r.token);
-      history.push_back(r.token);
-      logprobs.push_back(r.logprob);
-      if (stop.count(r.token)) {
+    int n_decoded = 0;  // tokens fed after the prefill (forward calls, or decode_greedy steps)
+    // Emits one generated token; false when generation ends with it.
+    auto emit = [&](int32_t token, float logprob, int i) -> bool {
+      generated.push_back(token);
+      history.push_back(token);
+      logprobs.push_back(logprob);
+      if (stop.count(token)) {
         stop_reason = "stop";
-        break;
+        return false;
       }
-      const std::string piece = dec.push(r.token);
+      const std::string piece = dec.push(token);
       text += piece;
       if (!o->json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       }
-      if (i + 1 == o->n_predict) break;
+      if (i + 1 == o->n_predict) return false;
       if (static_cast<int64_t>(history.size()) >= o->n_ctx) {
         stop_reason = "context";
-        break;
+        return false;
       }
-      model::SeqChunk step{0, std::span<const int32_t>(&history.back(), 1), static_cast<int32_t>(history.size() - 1),
-                           false};
-      if (auto s = m.forward(std::span<const model::SeqChunk>(&step, 1), out); !s) return fail(s.message());
-      ++n_decoded;
+      return true;
+    };
+    if (o->n_predict > 0) {
+      // The first token always comes from the prefill's logits (host sampler).
+      const auto r0 = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), history);
+      bool more = emit(r0.token, r0.logprob, 0);
+      if (device_greedy) {
+        constexpr int64_t kDeviceChunk = 16;  // tokens per decode_greedy call (one host sync each)
+        std::vector<int32_t> picked;
+        while (more) {
+          const int64_t left = std::min<int64_t>(o->n_predict - static_cast<int64_t>(generated.size()),
+                                                 o->n_ctx - static_cast<int64_t>(history.size()));
+          const int64_t n = std::min(kDeviceChunk, left);
+          if (auto s = m.decode_greedy(0, history.back(), n, picked); !s) return fail(s.message());
+          n_decoded += static_cast<int>(n);
+          for (int32_t t : picked) {
+            more = emit(t, std::numeric_limits<float>::quiet_NaN(), static_cast<int>(generated.size()));
+            if (!more) break;
+          }
+        }
+      } else {
+        while (more) {
+          model::SeqChunk step{0, std::span<const int32_t>(&history.back(), 1),
+                               static_cast<int32_t>(history.size() - 1), false};
+          if (auto s = m.forward(std::span<const model::SeqChunk>(&step, 1), out); !s) return fail(s.message());
+          ++n_decoded;
+          const auto r = sampler.sample(std::span<const float>(out.row(0), static_cast<size_t>(n_vocab)), history);
+          more = emit(r.token, r.logprob, static_cast<int>(generated.size()));
+        }
+      }
     }
     const double decode_s = t_decode.seconds();
     const std::string tail = dec.flush();
@@ -214,7 +250,9 @@ Runner add_run(CLI::App& app) {
     const double ms_per_token = n_decoded > 0 ? decode_s * 1e3 / n_decoded : 0.0;
     if (o->json) {
       nlohmann::json j;
-      j["model"] = path;
+      j["model"] = loaded->path;
+      j["device"] = device_name(loaded->device);
+      j["device_greedy"] = device_greedy;
       j["random_weights"] = builtin || synthetic;
       j["seed"] = o->sp.seed;
       j["prompt_tokens"] = prompt.size();

@@ -25,6 +25,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
 Runner add_render(CLI::App& app);  // cmd_render.cpp
 Runner add_serve(CLI::App& app);   // cmd_serve.cpp: the OpenAI-compatible HTTP server
+Runner add_bench(CLI::App& app);   // cmd_bench.cpp: llama-bench style prefill / decode speed
 
 // `brass run --chat` (cmd_chat.cpp); cmd_run.cpp parses the options.
 struct ChatOptions {
@@ -39,6 +40,7 @@ struct ChatOptions {
   std::optional<std::string> date;          // conversation start date; nullopt: today
   harmony::AnalysisDropRule drop_rule = harmony::AnalysisDropRule::kBeforeLastFinal;  // earlier turns' reasoning dropped, as OpenAI advises
   bool show_prompt = false;                 // print each rendered prompt to stderr
+  std::string device = "auto";              // cpu | cuda | auto (cli/load_model.h)
 };
 int run_chat(const ChatOptions& options);
 

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
 #ifdef BRASS_HAVE_SERVER
   add("serve", "OpenAI-compatible HTTP server + web chat UI (no -m: the built-in tiny model)", add_serve);
 #endif
+  add("bench", "llama-bench style prefill / decode speed, GB/s and % of the measured bandwidth floor", add_bench);
   add("render", "render a JSON conversation as a Harmony prompt: text and token ids", add_render);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,445 @@
+// `brass bench`: llama-bench style speed of one model on one device.
+//
+//   pp<P>           a prefill of P random tokens in ONE forward call (max_chunk_tokens is
+//                   raised to the largest P), fresh sequence each repetition: tok/s.
+//   tg<N> @ d<D>    after a prefill of D random tokens (not timed), N greedy decode steps
+//                   through Model::decode_greedy (the backend picks each next token; on
+//                   CUDA each step is one captured graph launch and the host syncs once);
+//                   each repetition truncates the sequence back to D: tok/s, ms/token,
+//                   achieved GB/s and % of the floor.
+// Before timing: one warm-up (a short prefill and a few decode steps at each depth, which
+// also captures the decode graphs). Every row reports the mean and standard deviation
+// over --reps repetitions.
+//
+// Bytes read per decoded token (the numerator of GB/s), from the loaded model:
+//   weights:  per layer: wq, wk, wv, wo, the router matrix, and n_expert_used x (gate +
+//             up + down) of ONE expert each (the selected experts), plus the f32 vectors
+//             the step reads (2 norms, q/k/v/o biases, sinks, router bias, the selected
+//             experts' biases); plus one token_embd row, output_norm and the whole output
+//             head (n_vocab x n_embd).
+//   KV:       the decode step at position p reads p + 1 cached K and V rows per full-
+//             attention layer and min(p + 1, n_swa) per sliding-window layer, each row
+//             kv_dim elements of the KV type (f32 on the CPU, f16 on CUDA); averaged over
+//             the N steps at positions D .. D + N - 1.
+// GB/s = bytes per token / seconds per token. Activations, scratch and KV writes are left
+// out (each is < 0.1% of the 20b step).
+//
+// The floor (the bandwidth the device can actually sustain, measured here, printed):
+//   cpu:   a read-only probe: --threads threads sum disjoint parts of a 1 GiB buffer
+//          (AVX2 when the CPU has it); best of 3 passes; bytes read / time.
+//   cuda:  cudaMemcpy device-to-device of 1 GiB, best of 5 after a warm-up; counted as
+//          bytes read + bytes written (2 GiB per copy), as a decode step only reads.
+// % floor = achieved GB/s / floor GB/s. --floor GB/s skips the probe.
+//
+// Without -m the built-in tiny model is used (fast; a smoke test, not a measurement).
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/load_model.h"
+#include "core/env.h"
+#include "model/model.h"
+
+#ifdef BRASS_CLI_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace brass::cli {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// "512,2048" -> {512, 2048}; every entry an integer in [lo, hi].
+Result<std::vector<int64_t>> parse_list(const std::string& flag, const std::string& s, int64_t lo, int64_t hi) {
+  std::vector<int64_t> v;
+  std::string t = s;
+  for (char& c : t) if (c == ',') c = ' ';
+  std::istringstream in(t);
+  std::string w;
+  while (in >> w) {
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(w.c_str(), &end, 10);
+    if (!end || *end || errno != 0 || x < lo || x > hi) {
+      return Status::errorf("{}: \"{}\" is not an integer in [{}, {}]", flag, w, lo, hi);
+    }
+    v.push_back(x);
+  }
+  if (v.empty()) return Status::errorf("{}: no values given (expected a comma-separated list, e.g. 0,4096)", flag);
+  return v;
+}
+
+// ---- the floor probes ----
+
+// Sum of p[0, n): the read loop of the CPU probe. The baseline SSE2 loop can be compute-
+// bound (~12 GB/s per core), so AVX2 is used where the CPU has it (runtime dispatch: the
+// rest of the binary stays baseline x86-64).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* p, size_t n) {
+  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+}
+#endif
+uint64_t sum_words(const uint64_t* p, size_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return sum_words_avx2(p, n);
+#endif
+  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+}
+
+Result<double> cpu_read_bandwidth(int threads) {
+  const size_t words = (size_t{1} << 30) / 8;
+  std::unique_ptr<uint64_t[]> buf;
+  try {
+    buf.reset(new uint64_t[words]);
+  } catch (const std::bad_alloc&) {
+    return Status::error("bench: cannot allocate the 1 GiB buffer of the CPU bandwidth probe (use --floor GB/s)");
+  }
+  // Touched by the threads that read it (first touch places pages near them).
+  const int nt = std::max(threads, 1);
+  auto parallel = [&](auto&& fn) {
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; ++t) th.emplace_back([&, t] { fn(t, t * (words / nt), (t + 1 == nt) ? words : (t + 1) * (words / nt)); });
+    for (auto& x : th) x.join();
+  };
+  parallel([&](int, size_t i0, size_t i1) { for (size_t i = i0; i < i1; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull; });
+  std::vector<uint64_t> sink(nt);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const double t0 = now_s();
+    parallel([&](int t, size_t i0, size_t i1) { sink[t] = sum_words(buf.get() + i0, i1 - i0); });
+    best = std::max(best, words * 8.0 / (now_s() - t0) / 1e9);
+  }
+  uint64_t all = 0;
+  for (uint64_t s : sink) all ^= s;
+  if (all == 1) std::fprintf(stderr, " ");  // keeps the sums alive
+  return best;
+}
+
+#ifdef BRASS_CLI_HAVE_CUDA
+Result<double> cuda_copy_bandwidth() {
+  const size_t n = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  auto check = [](cudaError_t e, const char* what) -> Status {
+    if (e == cudaSuccess) return Status::ok();
+    return Status::errorf("bench: CUDA bandwidth probe: {}: {}", what, cudaGetErrorString(e));
+  };
+  Status st = check(cudaMalloc(&a, n), "cudaMalloc 1 GiB");
+  if (st.is_ok()) st = check(cudaMalloc(&b, n), "cudaMalloc 1 GiB");
+  if (st.is_ok()) st = check(cudaMemset(a, 1, n), "cudaMemset");
+  double best = 0;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (st.is_ok()) st = check(cudaEventCreate(&e0), "cudaEventCreate");
+  if (st.is_ok()) st = check(cudaEventCreate(&e1), "cudaEventCreate");
+  for (int i = 0; i < 6 && st.is_ok(); ++i) {
+    st = check(cudaEventRecord(e0), "cudaEventRecord");
+    if (st.is_ok()) st = check(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, n, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    if (st.is_ok()) st = check(cudaEventRecord(e1), "cudaEventRecord");
+    if (st.is_ok()) st = check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0;
+    if (st.is_ok()) st = check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (st.is_ok() && i > 0 && ms > 0) best = std::max(best, 2.0 * n / (ms * 1e-3) / 1e9);  // read + write
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (a) cudaFree(a);
+  if (b) cudaFree(b);
+  if (!st.is_ok()) return st;
+  return best;
+}
+#endif
+
+// ---- bytes per decoded token ----
+
+double weight_bytes_per_token(const model::Model& m) {
+  const auto& c = m.config();
+  const auto& w = m.weights();
+  auto whole = [](const backend::WeightView& v) { return double(v.row_bytes()) * v.ne[1] * v.ne[2] * v.ne[3]; };
+  double b = 0;
+  for (const auto& L : w.layers) {
+    b += whole(L.wq) + whole(L.wk) + whole(L.wv) + whole(L.wo) + whole(L.router);
+    // One 2-D slice of each expert tensor per selected expert.
+    b += double(c.n_expert_used) * (L.gate_exps.matrix_bytes() + L.up_exps.matrix_bytes() + L.down_exps.matrix_bytes());
+    // f32 vectors: attn/post-attn norms, q/k/v/o biases, sinks, router bias, expert biases.
+    const double floats = 2.0 * c.n_embd + c.q_dim() + 2.0 * c.kv_dim() + c.n_embd + c.n_head + c.n_expert +
+                          double(c.n_expert_used) * (2.0 * c.n_ff + c.n_embd);
+    b += 4.0 * floats;
+  }
+  b += double(w.token_embd.row_bytes()) + 4.0 * c.n_embd + whole(w.output);
+  return b;
+}
+
+// Mean KV bytes read per step over the steps at positions d .. d + n - 1.
+double kv_bytes_per_token(const model::Model& m, int64_t d, int64_t n, int64_t elt_bytes) {
+  const auto& c = m.config();
+  double rows = 0;  // cached (K, V) row pairs read, summed over the steps and layers
+  for (int64_t p = d; p < d + n; ++p) {
+    rows += double(c.n_full_layers()) * (p + 1) + double(c.n_swa_layers()) * std::min<int64_t>(p + 1, c.n_swa);
+  }
+  return n > 0 ? rows / n * 2.0 * c.kv_dim() * elt_bytes : 0.0;
+}
+
+struct Row {
+  std::string test;
+  int64_t n_prompt = 0, n_gen = 0, depth = 0;
+  std::vector<double> secs;   // one per repetition
+  double bytes_per_tok = 0;   // decode rows only
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / v.size();
+}
+double stdev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  const double mu = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - mu) * (x - mu);
+  return std::sqrt(s / (v.size() - 1));
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  struct Opts {
+    std::string model, device = "auto", pp = "512", tg = "128", depth = "0";
+    int reps = 5, threads = 0;
+    double floor = 0;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("-m,--model", o->model, "GGUF file (default: the built-in tiny model: a smoke test, not a measurement)");
+  app.add_option("--device", o->device, "cpu | cuda | auto (auto: CUDA when built with it and a GPU is present)")
+      ->capture_default_str();
+  app.add_option("-p,--n-prompt", o->pp, "prefill sizes, comma-separated (0: no prefill rows)")->capture_default_str();
+  app.add_option("-n,--n-gen", o->tg, "decode lengths, comma-separated (0: no decode rows)")->capture_default_str();
+  app.add_option("-d,--depth", o->depth, "KV depths the decode rows start at, comma-separated")->capture_default_str();
+  app.add_option("-r,--reps", o->reps, "repetitions per row (mean and standard deviation)")->capture_default_str();
+  app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
+  app.add_option("--floor", o->floor, "bandwidth floor in GB/s (default: measured, see below)");
+  app.add_flag("--json", o->json, "print one JSON object with every row (progress goes to stderr)");
+  app.footer("pp<P>: a prefill of P random tokens in one forward call. tg<N> @ d<D>: N greedy decode steps\n"
+             "(tokens picked by the backend) after a prefill of D tokens. GB/s counts the bytes a decoded token\n"
+             "reads: attention + router + output-head weights, the n_expert_used selected experts per layer, one\n"
+             "token-embedding row, and the KV cache at that depth. The floor is measured: on the CPU a\n"
+             "multi-threaded 1 GiB read probe, on CUDA a 1 GiB device-to-device copy (read + write).");
+  return [o]() -> int {
+    auto pp = parse_list("-p", o->pp, 0, 1 << 20);
+    if (!pp) return fail(pp.status().message());
+    auto tg = parse_list("-n", o->tg, 0, 1 << 20);
+    if (!tg) return fail(tg.status().message());
+    auto depths = parse_list("--depth", o->depth, 0, 1 << 24);
+    if (!depths) return fail(depths.status().message());
+    if (o->reps < 1 || o->reps > 1000) return fail(fmt::format("--reps: {} is not in [1, 1000]", o->reps));
+    if (o->threads < 0) return fail(fmt::format("--threads: {} must be >= 0", o->threads));
+    if (o->floor < 0) return fail(fmt::format("--floor: {} must be >= 0 (0: measure)", o->floor));
+    std::erase(*pp, 0);
+    std::erase(*tg, 0);
+    if (pp->empty() && tg->empty()) return fail("nothing to run: every -p and -n value is 0");
+    auto dev = parse_device(o->device);
+    if (!dev) return fail(dev.status().message());
+    auto resolved = resolve_device(*dev);
+    if (!resolved) return fail(resolved.status().message());
+
+    constexpr int64_t kWarmSteps = 4;
+    const int64_t max_pp = pp->empty() ? 0 : *std::max_element(pp->begin(), pp->end());
+    const int64_t max_tg = tg->empty() ? 0 : *std::max_element(tg->begin(), tg->end());
+    const int64_t max_d = tg->empty() ? 0 : *std::max_element(depths->begin(), depths->end());
+    const int64_t need_ctx = std::max({max_pp, max_d + std::max(max_tg, kWarmSteps), 16 + kWarmSteps});
+
+    // The floor first, on an idle device (before the weights take the memory).
+    const int threads = o->threads > 0 ? o->threads : env::threads();
+    double floor = o->floor;
+    std::string floor_method = "given (--floor)";
+    if (floor <= 0) {
+      std::fprintf(stderr, "brass: bench: measuring the bandwidth floor...\n");
+      if (*resolved == Device::kCuda) {
+#ifdef BRASS_CLI_HAVE_CUDA
+        auto bw = cuda_copy_bandwidth();
+        if (!bw) return fail(bw.status().message());
+        floor = *bw;
+        floor_method = "cudaMemcpy device-to-device 1 GiB, read + write, best of 5";
+#endif
+      } else {
+        auto bw = cpu_read_bandwidth(threads);
+        if (!bw) return fail(bw.status().message());
+        floor = *bw;
+        floor_method = fmt::format("1 GiB read, {} threads, best of 3", threads);
+      }
+    }
+
+    LoadRequest req;
+    req.model = o->model;
+    req.device = *resolved;
+    req.tokenizer = false;
+    req.options.n_threads = o->threads;
+    req.options.n_ctx = need_ctx;
+    // One forward call per prefill row; and the sliding-window ring (n_swa + max_chunk - 1
+    // rows) must still hold the window at depth D after N steps, so truncating back works.
+    req.options.max_chunk_tokens = std::max({max_pp, max_tg + kWarmSteps, int64_t{512}});
+    std::fprintf(stderr, "brass: bench: loading %s on %s...\n", o->model.empty() ? "the built-in model" : o->model.c_str(),
+                 device_name(*resolved));
+    auto loaded = load_model(req);
+    if (!loaded) return fail(loaded.status().message());
+    model::Model& m = *loaded->model;
+    const auto& c = m.config();
+    if (need_ctx > c.n_ctx_train) {
+      return fail(fmt::format("bench: the rows need a context of {} tokens; {} was trained for {}", need_ctx,
+                              loaded->path, c.n_ctx_train));
+    }
+    const int64_t kv_elt = traits(m.kv_cache().type()).block_bytes;  // f32 / f16: one element per block
+    const double wbytes = weight_bytes_per_token(m);
+    const std::string model_name = std::filesystem::path(loaded->path).filename().string();
+    std::fprintf(stderr, "brass: bench: %s\nbrass: bench: device %s, loaded in %.1f s; floor %.1f GB/s (%s)\n",
+                 m.summary().c_str(), loaded->device_desc.c_str(), loaded->load_s, floor, floor_method.c_str());
+
+    std::mt19937 rng(1234);  // random prompt tokens (fixed: every run reads the same rows)
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.n_vocab - 1));
+    std::vector<int32_t> tokens(static_cast<size_t>(std::max({max_pp, max_d, int64_t{16}})));
+    for (auto& t : tokens) t = pick(rng);
+    model::ForwardOutput out;
+    int32_t seq = 0;
+    auto prefill = [&](int32_t s, int64_t n) -> Status {
+      model::SeqChunk ch{s, std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)), 0, false};
+      return m.forward(std::span<const model::SeqChunk>(&ch, 1), out);
+    };
+    std::vector<int32_t> picked;
+
+    // Warm-up: a short prefill and a few greedy steps (first launches, graph capture).
+    {
+      if (auto s = m.add_sequence(seq); !s) return fail(s.message());
+      if (auto s = prefill(seq, std::min<int64_t>(16, std::max<int64_t>(max_pp, 1))); !s) return fail(s.message());
+      if (auto s = m.decode_greedy(seq, tokens[0], kWarmSteps, picked); !s) return fail(s.message());
+      (void)m.remove_sequence(seq++);
+    }
+
+    std::vector<Row> rows;
+    for (int64_t p : *pp) {
+      Row r{fmt::format("pp{}", p), p, 0, 0, {}, 0};
+      for (int rep = 0; rep < o->reps; ++rep) {
+        if (auto s = m.add_sequence(seq); !s) return fail(s.message());
+        const double t0 = now_s();
+        if (auto s = prefill(seq, p); !s) return fail(s.message());
+        r.secs.push_back(now_s() - t0);
+        (void)m.remove_sequence(seq++);
+      }
+      std::fprintf(stderr, "brass: bench: %s: %.1f tok/s\n", r.test.c_str(), p / mean(r.secs));
+      rows.push_back(std::move(r));
+    }
+    for (int64_t d : *depths) {
+      if (tg->empty()) break;
+      if (auto s = m.add_sequence(seq); !s) return fail(s.message());
+      if (d > 0) {
+        const double t0 = now_s();
+        if (auto s = prefill(seq, d); !s) return fail(s.message());
+        std::fprintf(stderr, "brass: bench: depth %lld filled in %.2f s\n", static_cast<long long>(d), now_s() - t0);
+      }
+      const int32_t first = tokens[static_cast<size_t>(d) % tokens.size()];
+      if (auto s = m.decode_greedy(seq, first, kWarmSteps, picked); !s) return fail(s.message());
+      for (int64_t n : *tg) {
+        Row r{d > 0 ? fmt::format("tg{} @ d{}", n, d) : fmt::format("tg{}", n), 0, n, d, {}, 0};
+        r.bytes_per_tok = wbytes + kv_bytes_per_token(m, d, n, kv_elt);
+        for (int rep = 0; rep < o->reps; ++rep) {
+          if (auto s = m.truncate_sequence(seq, d); !s) return fail(s.message());
+          const double t0 = now_s();
+          if (auto s = m.decode_greedy(seq, first, n, picked); !s) return fail(s.message());
+          r.secs.push_back(now_s() - t0);
+        }
+        std::fprintf(stderr, "brass: bench: %s: %.1f tok/s\n", r.test.c_str(), n / mean(r.secs));
+        rows.push_back(std::move(r));
+      }
+      (void)m.remove_sequence(seq++);
+    }
+
+    // Per row: tok/s of each repetition, then mean / stdev (as llama-bench: avg_ts, stdev_ts).
+    struct Stats { double tps, tps_sd, ms, gbs, pct; bool decode; };
+    auto stats = [&](const Row& r) {
+      const int64_t n = r.n_gen > 0 ? r.n_gen : r.n_prompt;
+      std::vector<double> tps;
+      for (double s : r.secs) tps.push_back(n / s);
+      Stats st{mean(tps), stdev(tps), 1e3 * mean(r.secs) / n, 0, 0, r.n_gen > 0};
+      if (st.decode) {
+        st.gbs = r.bytes_per_tok * st.tps / 1e9;
+        st.pct = floor > 0 ? 100.0 * st.gbs / floor : 0.0;
+      }
+      return st;
+    };
+    if (o->json) {
+      nlohmann::json j;
+      j["model"] = loaded->path;
+      j["model_summary"] = m.summary();
+      j["random_weights"] = loaded->builtin || loaded->synthetic;
+      j["device"] = device_name(loaded->device);
+      j["backend"] = loaded->device_desc;
+      j["threads"] = m.backend().n_threads();
+      j["kv_type"] = std::string(dtype_name(m.kv_cache().type()));
+      j["reps"] = o->reps;
+      j["load_s"] = loaded->load_s;
+      j["floor_gb_s"] = floor;
+      j["floor_method"] = floor_method;
+      j["weight_bytes_per_token"] = wbytes;
+      j["rows"] = nlohmann::json::array();
+      for (const Row& r : rows) {
+        const Stats st = stats(r);
+        nlohmann::json row = {{"test", r.test},     {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
+                              {"depth", r.depth},   {"tok_s", st.tps},        {"tok_s_stdev", st.tps_sd},
+                              {"ms_per_tok", st.ms}, {"samples_s", r.secs}};
+        if (st.decode) {
+          row["bytes_per_tok"] = r.bytes_per_tok;
+          row["gb_s"] = st.gbs;
+          row["pct_floor"] = st.pct;
+        } else {
+          row["bytes_per_tok"] = nullptr;
+          row["gb_s"] = nullptr;
+          row["pct_floor"] = nullptr;
+        }
+        j["rows"].push_back(std::move(row));
+      }
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    std::printf("model: %s (%s)%s\n", loaded->path.c_str(), m.summary().c_str(),
+                loaded->builtin || loaded->synthetic ? " [random weights]" : "");
+    std::printf("device: %s | kv %s | floor %.1f GB/s (%s) | weights read per decoded token %.3f GB\n\n",
+                loaded->device_desc.c_str(), std::string(dtype_name(m.kv_cache().type())).c_str(), floor, floor_method.c_str(),
+                wbytes / 1e9);
+    const std::string dev_name = device_name(loaded->device);
+    const size_t wm = std::max<size_t>(5, model_name.size()), wd = std::max<size_t>(6, dev_name.size());
+    std::printf("| %-*s | %-*s | %14s | %18s | %9s | %8s | %7s |\n", int(wm), "model", int(wd), "device", "test", "tok/s",
+                "ms/tok", "GB/s", "% floor");
+    std::printf("| %s | %s | -------------: | -----------------: | --------: | -------: | ------: |\n",
+                std::string(wm, '-').c_str(), std::string(wd, '-').c_str());
+    for (const Row& r : rows) {
+      const Stats st = stats(r);
+      const std::string tps = fmt::format("{:.2f} ± {:.2f}", st.tps, st.tps_sd);
+      const std::string gbs = st.decode ? fmt::format("{:.1f}", st.gbs) : "-";
+      const std::string pct = st.decode ? fmt::format("{:.1f}", st.pct) : "-";
+      // fmt pads by display width ("±" is two bytes).
+      fmt::print("| {:<{}} | {:<{}} | {:>14} | {:>18} | {:>9.3f} | {:>8} | {:>7} |\n", model_name, wm, dev_name, wd, r.test,
+                 tps, st.ms, gbs, pct);
+    }
+    return 0;
+  };
+}
+
+}  // namespace brass::cli

@@ -1,0 +1,90 @@
+// The one model-loading path of the CLI (see load_model.h).
+#include "cli/load_model.h"
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/timer.h"
+#include "gguf/reader.h"
+
+#ifdef BRASS_CLI_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace brass::cli {
+
+Result<Device> parse_device(const std::string& name) {
+  if (name == "auto") return Device::kAuto;
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda" || name == "gpu") return Device::kCuda;
+  return Status::errorf("--device: \"{}\" is not a device (expected cpu, cuda or auto)", name);
+}
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::kAuto: return "auto";
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+bool cuda_compiled() {
+#ifdef BRASS_CLI_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<Device> resolve_device(Device requested) {
+  if (requested == Device::kCpu) return Device::kCpu;
+#ifdef BRASS_CLI_HAVE_CUDA
+  std::string why;
+  if (backend::cuda_available(&why)) return Device::kCuda;
+  if (requested == Device::kCuda) return Status::errorf("--device cuda: {}", why);
+  return Device::kCpu;
+#else
+  if (requested == Device::kCuda) {
+    return Status::error("--device cuda: this brass was built without the CUDA backend (configure with "
+                         "-DBRASS_CUDA=ON on a machine with nvcc)");
+  }
+  return Device::kCpu;
+#endif
+}
+
+Result<LoadedModel> load_model(const LoadRequest& req) {
+  LoadedModel lm;
+  lm.builtin = req.model.empty();
+  lm.path = lm.builtin ? builtin_model_path() : req.model;
+  BRASS_ASSIGN_OR_RETURN(lm.device, resolve_device(req.device));
+  BRASS_ASSIGN_OR_RETURN(auto reader, gguf::Reader::open(lm.path));
+  lm.synthetic = reader->find("brass.synthetic") != nullptr;
+  if (req.tokenizer) {
+    BRASS_ASSIGN_OR_RETURN(lm.tokenizer, tok::Tokenizer::from_gguf(*reader));
+  }
+  model::ModelOptions mo = req.options;
+  mo.kv_type = req.kv_type ? *req.kv_type : lm.device == Device::kCuda ? DType::F16 : DType::F32;
+  Timer t;
+  if (lm.device == Device::kCuda) {
+#ifdef BRASS_CLI_HAVE_CUDA
+    BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend());
+    BRASS_ASSIGN_OR_RETURN(lm.model, model::Model::load(std::move(reader), mo, std::move(be)));
+#endif
+  } else {
+    BRASS_ASSIGN_OR_RETURN(lm.model, model::Model::load(std::move(reader), mo));
+  }
+  lm.load_s = t.seconds();
+  backend::Backend& be = lm.model->backend();
+  lm.device_desc = lm.device == Device::kCuda ? be.name() : fmt::format("{}, {} threads", be.name(), be.n_threads());
+  return lm;
+}
+
+bool is_plain_greedy(const runtime::SamplerParams& p) {
+  if (p.temperature > 0.0f) return false;
+  const bool penalties_off = p.penalty_last_n == 0 || (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+                                                       p.frequency_penalty == 0.0f);
+  return penalties_off && p.n_logprobs == 0;
+}
+
+}  // namespace brass::cli
