@@ -222,7 +222,7 @@ double stdev(const std::vector<double>& v) {
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
-    std::string model, device = "auto", pp = "512", tg = "128", depth = "0";
+    std::string model, device = "auto", pp = "512", tg = "128", depth = "0", json_file;
     int reps = 5, threads = 0;
     double floor = 0;
     bool json = false;
@@ -238,6 +238,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("--floor", o->floor, "bandwidth floor in GB/s (default: measured, see below)");
   app.add_flag("--json", o->json, "print one JSON object with every row (progress goes to stderr)");
+  app.add_option("--json-file", o->json_file, "also write that JSON object to FILE (the table still prints)");
   app.footer("pp<P>: a prefill of P random tokens in one forward call. tg<N> @ d<D>: N greedy decode steps\n"
              "(tokens picked by the backend) after a prefill of D tokens. GB/s counts the bytes a decoded token\n"
              "reads: attention + router + output-head weights, the n_expert_used selected experts per layer, one\n"
@@ -384,7 +385,7 @@ Runner add_bench(CLI::App& app) {
       }
       return st;
     };
-    if (o->json) {
+    {
       nlohmann::json j;
       j["model"] = loaded->path;
       j["model_summary"] = m.summary();
@@ -415,8 +416,17 @@ Runner add_bench(CLI::App& app) {
         }
         j["rows"].push_back(std::move(row));
       }
-      std::printf("%s\n", j.dump(2).c_str());
-      return 0;
+      if (!o->json_file.empty()) {
+        std::FILE* f = std::fopen(o->json_file.c_str(), "w");
+        if (!f) return fail(fmt::format("--json-file: cannot write {}: {}", o->json_file, std::strerror(errno)));
+        const std::string text = j.dump(2) + "\n";
+        const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        if (std::fclose(f) != 0 || !ok) return fail(fmt::format("--json-file: error writing {}", o->json_file));
+      }
+      if (o->json) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+      }
     }
     std::printf("model: %s (%s)%s\n", loaded->path.c_str(), m.summary().c_str(),
                 loaded->builtin || loaded->synthetic ? " [random weights]" : "");
