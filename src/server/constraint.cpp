@@ -9,7 +9,95 @@ namespace {
 bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+using Schema = nlohmann::ordered_json;
+
+// Does the schema allow JSON type `t`? No schema, no "type", or a non-string entry: yes.
+bool has_type(const Schema* s, const char* t) {
+  if (!s || !s->is_object()) return true;
+  const auto it = s->find("type");
+  if (it == s->end()) return true;
+  auto is = [&](const Schema& x) { return !x.is_string() || x.get_ref<const std::string&>() == t; };
+  if (it->is_array()) {
+    for (const auto& x : *it) {
+      if (is(x)) return true;
+    }
+    return false;
+  }
+  return is(*it);
+}
+
+// The declared properties when keys are limited to them (additionalProperties not true).
+const Schema* closed_properties(const Schema* s) {
+  if (!s || !s->is_object()) return nullptr;
+  const auto it = s->find("properties");
+  if (it == s->end() || !it->is_object()) return nullptr;
+  const auto ap = s->find("additionalProperties");
+  if (ap != s->end() && ap->is_boolean() && ap->get<bool>()) return nullptr;
+  return &*it;
+}
+
+bool seen_key(const std::string& seen, const std::string& key) {
+  size_t pos = 0;
+  while (pos < seen.size()) {
+    const size_t end = seen.find('\0', pos);
+    if (seen.compare(pos, end - pos, key) == 0 && end - pos == key.size()) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
+const Schema* member(const Schema* s, const char* key) {
+  if (!s || !s->is_object()) return nullptr;
+  const auto it = s->find(key);
+  return it != s->end() && it->is_object() ? &*it : nullptr;
+}
+
 }  // namespace
+
+// Schema mode: one byte of an object key (the opening quote is already read).
+bool JsonValidator::key_byte(uint8_t c) {
+  const Frame& f = frames_.back();
+  const Schema* props = closed_properties(f.schema);
+  if (!props) {
+    if (c == '"') {
+      pending_schema_ = nullptr;
+      if (const Schema* s = f.schema; s && s->is_object()) {
+        const auto it = s->find("properties");
+        if (it != s->end() && it->is_object() && it->contains(key_text_)) pending_schema_ = &(*it)[key_text_];
+        else pending_schema_ = member(s, "additionalProperties");
+      }
+    } else {
+      key_text_.push_back(static_cast<char>(c));
+    }
+    return true;  // escapes etc. are checked by the syntax rules
+  }
+  if (c == '\\' || c < 0x20) return false;  // declared names are matched byte by byte
+  if (c == '"') {
+    if (!props->contains(key_text_) || seen_key(f.seen, key_text_)) return false;
+    frames_.back().seen += key_text_;
+    frames_.back().seen.push_back('\0');
+    pending_schema_ = &(*props)[key_text_];
+    return true;
+  }
+  key_text_.push_back(static_cast<char>(c));
+  for (const auto& [name, sub] : props->items()) {
+    if (name.size() >= key_text_.size() && name.compare(0, key_text_.size(), key_text_) == 0 && !seen_key(f.seen, name)) return true;
+  }
+  key_text_.pop_back();
+  return false;
+}
+
+bool JsonValidator::object_may_close() const {
+  if (!schema_) return true;
+  const Frame& f = frames_.back();
+  if (!f.schema || !f.schema->is_object()) return true;
+  const auto req = f.schema->find("required");
+  if (req == f.schema->end() || !req->is_array()) return true;
+  for (const auto& r : *req) {
+    if (r.is_string() && !seen_key(f.seen, r.get<std::string>())) return false;
+  }
+  return true;
+}
 
 bool JsonValidator::feed(uint8_t c) {
   JsonValidator tmp = *this;
@@ -31,19 +119,40 @@ bool JsonValidator::complete() const {
   return mode_ == Mode::kDone || (mode_ == Mode::kNumber && stack_.empty() && number_terminal());
 }
 
+void JsonValidator::close_container() {
+  stack_.pop_back();
+  if (schema_) frames_.pop_back();
+  end_value();
+}
+
 void JsonValidator::end_value() {
   key_ = false;
+  int_only_ = false;
   mode_ = stack_.empty() ? Mode::kDone : Mode::kCommaOrEnd;
 }
 
 bool JsonValidator::begin_value(uint8_t c) {
   if (stack_.empty() && root_object_ && c != '{') return false;
+  const Schema* s = value_schema_;
+  if (schema_) {
+    const char* type = c == '{' ? "object" : c == '[' ? "array" : c == '"' ? "string" : (c == 't' || c == 'f') ? "boolean"
+                     : c == 'n' ? "null" : nullptr;
+    if (type && !has_type(s, type)) return false;
+    if (!type && (c == '-' || is_digit(c))) {
+      if (!has_type(s, "number") && !has_type(s, "integer")) return false;
+      int_only_ = !has_type(s, "number");
+    }
+  }
   switch (c) {
     case '{':
     case '[':
       if (static_cast<int>(stack_.size()) >= kMaxDepth) return false;
       stack_.push_back(static_cast<char>(c));
       mode_ = c == '{' ? Mode::kObjKeyOrEnd : Mode::kArrValueOrEnd;
+      if (schema_) {
+        frames_.push_back(Frame{s, {}});
+        value_schema_ = c == '[' ? member(s, "items") : nullptr;
+      }
       return true;
     case '"':
       mode_ = Mode::kString;
@@ -64,6 +173,7 @@ bool JsonValidator::begin_value(uint8_t c) {
 bool JsonValidator::step(uint8_t c) {
   switch (mode_) {
     case Mode::kString:
+      if (key_ && schema_ && !key_byte(c)) return false;
       if (c == '"') {
         if (key_) {
           key_ = false;
@@ -102,11 +212,13 @@ bool JsonValidator::step(uint8_t c) {
       }
       if (c == '.') {
         if (num_ != Num::kZero && num_ != Num::kInt) return false;
+        if (int_only_) return false;
         num_ = Num::kDot;
         return true;
       }
       if (c == 'e' || c == 'E') {
         if (num_ != Num::kZero && num_ != Num::kInt && num_ != Num::kFrac) return false;
+        if (int_only_) return false;
         num_ = Num::kE;
         return true;
       }
@@ -134,15 +246,14 @@ bool JsonValidator::step(uint8_t c) {
       return begin_value(c);
     case Mode::kArrValueOrEnd:
       if (c == ']') {
-        stack_.pop_back();
-        end_value();
+        close_container();
         return true;
       }
       return begin_value(c);
     case Mode::kObjKeyOrEnd:
       if (c == '}') {
-        stack_.pop_back();
-        end_value();
+        if (!object_may_close()) return false;
+        close_container();
         return true;
       }
       [[fallthrough]];
@@ -150,20 +261,32 @@ bool JsonValidator::step(uint8_t c) {
       if (c != '"') return false;
       mode_ = Mode::kString;
       key_ = true;
+      key_text_.clear();
       return true;
     case Mode::kColon:
       if (c != ':') return false;
       mode_ = Mode::kValue;
+      value_schema_ = pending_schema_;
       return true;
     case Mode::kCommaOrEnd: {
       const char top = stack_.back();
       if (c == ',') {
+        if (top == '{' && schema_) {
+          // Another key must still be possible.
+          const Frame& f = frames_.back();
+          if (const Schema* props = closed_properties(f.schema)) {
+            bool any = false;
+            for (const auto& [name, sub] : props->items()) any = any || !seen_key(f.seen, name);
+            if (!any) return false;
+          }
+        }
+        if (top == '[' && schema_) value_schema_ = member(frames_.back().schema, "items");
         mode_ = top == '{' ? Mode::kObjKey : Mode::kValue;
         return true;
       }
       if ((c == '}' && top == '{') || (c == ']' && top == '[')) {
-        stack_.pop_back();
-        end_value();
+        if (c == '}' && !object_may_close()) return false;
+        close_container();
         return true;
       }
       return false;
@@ -198,7 +321,7 @@ Result<std::unique_ptr<HarmonyConstraint>> HarmonyConstraint::create(std::shared
 
 HarmonyConstraint::HarmonyConstraint(std::shared_ptr<const TokenTable> table, harmony::StreamParser parser,
                                      ConstraintPlan plan)
-    : table_(std::move(table)), parser_(std::move(parser)), plan_(std::move(plan)), json_(plan_.json_root_object, /*tight=*/true) {
+    : table_(std::move(table)), parser_(std::move(parser)), plan_(std::move(plan)), json_(plan_.json_root_object, /*tight=*/true, plan_.json_schema.get()) {
   for (size_t i = 0; i < plan_.prefix_options.size(); ++i) {
     if (!plan_.prefix_options[i].empty()) live_options_.push_back(i);
   }
@@ -217,7 +340,14 @@ Status HarmonyConstraint::advance(std::span<const int32_t> generated) {
       live_options_ = std::move(still);
       ++prefix_pos_;
       bool complete = live_options_.empty();
-      for (size_t k : live_options_) complete |= plan_.prefix_options[k].size() == prefix_pos_;
+      for (size_t k : live_options_) {
+        if (plan_.prefix_options[k].size() != prefix_pos_) continue;
+        complete = true;
+        // The arguments of the chosen tool follow its parameters schema.
+        if (k < plan_.prefix_schemas.size() && plan_.prefix_schemas[k]) {
+          json_ = JsonValidator(plan_.json_root_object, /*tight=*/true, plan_.prefix_schemas[k].get());
+        }
+      }
       if (complete) {
         prefix_done_ = true;
         if (plan_.json == ConstraintPlan::JsonWhere::kAfterPrefix) {

@@ -17,8 +17,12 @@
 //     format json_object / json_schema) or right after the prefix (tool arguments), every
 //     token whose bytes would make the content invalid JSON is masked; special tokens are
 //     masked until the JSON is complete, after which only `json_end_tokens` remain.
-// What is NOT enforced: a json_schema's property names, types and required fields (the
-// output is valid JSON, with an object at the root, but not necessarily schema-valid).
+// JSON Schema subset enforced while decoding (when a schema is given): `type` (one or a
+// list; integer vs number), object `properties` (keys limited to the declared names, each
+// at most once, unless additionalProperties is true), `required` (the object cannot close
+// before they appear), `additionalProperties` as a schema, array `items`. Not enforced:
+// enum/const, string formats/patterns/lengths, numeric ranges, anyOf/oneOf/allOf/$ref
+// (such subschemas accept any JSON value), minItems/maxItems.
 #pragma once
 
 #include <array>
@@ -28,6 +32,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "harmony/parser.h"
 #include "runtime/engine.h"
@@ -42,7 +48,9 @@ class JsonValidator {
 
   // root_object: the text must be an object. tight: no whitespace before the root value
   // or after it (valid JSON, but a model could pad forever; the constraint uses it).
-  explicit JsonValidator(bool root_object = false, bool tight = false) : root_object_(root_object), tight_(tight) {}
+  // schema: optional JSON Schema (must outlive the validator and its copies).
+  explicit JsonValidator(bool root_object = false, bool tight = false, const nlohmann::ordered_json* schema = nullptr)
+      : root_object_(root_object), tight_(tight), schema_(schema), value_schema_(schema) {}
   // Accept one byte; false (and no state change) if it cannot continue valid JSON.
   bool feed(uint8_t c);
   bool feed(std::string_view bytes);  // all or nothing
@@ -63,8 +71,23 @@ class JsonValidator {
   void end_value();
   bool number_terminal() const { return num_ == Num::kZero || num_ == Num::kInt || num_ == Num::kFrac || num_ == Num::kExp; }
 
+  using Schema = nlohmann::ordered_json;
+  struct Frame {
+    const Schema* schema = nullptr;
+    std::string seen;  // keys read so far, each followed by '\0'
+  };
+  bool key_byte(uint8_t c);
+  void close_container();
+  bool object_may_close() const;
+
   bool root_object_;
   bool tight_;
+  const Schema* schema_;           // null: syntax only
+  const Schema* value_schema_;     // schema of the value that starts next
+  const Schema* pending_schema_ = nullptr;  // schema of the value after the current key
+  std::vector<Frame> frames_;      // parallel to stack_ when schema_ is set
+  std::string key_text_;           // the object key being read (schema mode)
+  bool int_only_ = false;          // the number being read must be an integer
   Mode mode_ = Mode::kValue;
   Num num_ = Num::kInt;
   bool key_ = false;          // the string being read is an object key
@@ -89,6 +112,8 @@ struct ConstraintPlan {
   JsonWhere json = JsonWhere::kNone;
   bool json_root_object = true;
   std::vector<int32_t> json_end_tokens;  // allowed (only) once the JSON is complete
+  std::shared_ptr<const nlohmann::ordered_json> json_schema;  // kFinalChannel: optional schema
+  std::vector<std::shared_ptr<const nlohmann::ordered_json>> prefix_schemas;  // kAfterPrefix: per option
   bool active() const { return !prefix_options.empty() || json != JsonWhere::kNone; }
 };
 

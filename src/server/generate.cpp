@@ -129,7 +129,7 @@ runtime::Request make_request(std::vector<int32_t> prompt, const GenParams& g, s
 
 // tool_choice / response_format / test hook -> the constraint plan.
 ConstraintPlan plan_for(Server::Impl& s, const GenParams& g, ToolChoice tc, const std::string& tc_name,
-                        const std::vector<FunctionTool>& tools, ResponseFormat rf) {
+                        const std::vector<FunctionTool>& tools, ResponseFormat rf, const std::optional<Json>& schema = {}) {
   const tok::Tokenizer& tk = *s.tokenizer;
   ConstraintPlan p;
   if (g.test_force) {
@@ -141,6 +141,7 @@ ConstraintPlan plan_for(Server::Impl& s, const GenParams& g, ToolChoice tc, cons
       if (tc == ToolChoice::kNamed && t.name != tc_name) continue;
       p.prefix_options.push_back(
           specials_text(tk, "<|channel|>commentary to=functions." + t.name + " <|constrain|>json<|message|>"));
+      p.prefix_schemas.push_back(t.parameters ? std::make_shared<const Json>(*t.parameters) : nullptr);
     }
     p.json = ConstraintPlan::JsonWhere::kAfterPrefix;
     p.json_end_tokens = {s.tok_call};
@@ -148,6 +149,7 @@ ConstraintPlan plan_for(Server::Impl& s, const GenParams& g, ToolChoice tc, cons
   if (rf != ResponseFormat::kText && p.json == ConstraintPlan::JsonWhere::kNone) {
     p.json = ConstraintPlan::JsonWhere::kFinalChannel;
     p.json_end_tokens = {s.tok_return};
+    if (rf == ResponseFormat::kJsonSchema && schema) p.json_schema = std::make_shared<const Json>(*schema);
   }
   return p;
 }
@@ -232,7 +234,8 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
   GenParams& g = cr->gen;
   if (auto e = fit_context(*this, prompt.size(), g)) return send_error(res, *e);
   runtime::Request r = make_request(std::move(prompt), g, chat_stop_tokens);
-  attach_constraint(*this, r, plan_for(*this, g, cr->tool_choice, cr->tool_choice_name, cr->tools, cr->response_format));
+  attach_constraint(*this, r, plan_for(*this, g, cr->tool_choice, cr->tool_choice_name, cr->tools, cr->response_format,
+                                         cr->json_schema));
 
   struct ChoiceState {
     std::unique_ptr<OutputMapper> mapper;

@@ -132,6 +132,7 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
       if (rr->tool_choice == ToolChoice::kNamed && t.name != rr->tool_choice_name) continue;
       plan.prefix_options.push_back(
           tokenizer->encode("<|channel|>commentary to=functions." + t.name + " <|constrain|>json<|message|>", true));
+      plan.prefix_schemas.push_back(t.parameters ? std::make_shared<const Json>(*t.parameters) : nullptr);
     }
     plan.json = ConstraintPlan::JsonWhere::kAfterPrefix;
     plan.json_end_tokens = {tok_call};

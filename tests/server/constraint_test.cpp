@@ -265,3 +265,129 @@ TEST(HarmonyConstraint, ForcedToolHeaderThenJsonArguments) {
 
 }  // namespace
 }  // namespace brass::server
+
+namespace brass::server {
+namespace {
+
+using testing::Seeded;
+
+// Naive JSON Schema check of a parsed value (the subset constraint.h documents),
+// written independently of the byte-level validator.
+bool naive_valid(const nlohmann::json& v, const nlohmann::json& s) {
+  if (s.contains("type")) {
+    std::vector<std::string> types;
+    if (s["type"].is_array()) for (const auto& t : s["type"]) types.push_back(t);
+    else types.push_back(s["type"]);
+    bool ok = false;
+    for (const auto& t : types) {
+      ok = ok || (t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "string" && v.is_string()) ||
+           (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) || (t == "number" && v.is_number()) ||
+           (t == "integer" && v.is_number_integer());
+    }
+    if (!ok) return false;
+  }
+  if (v.is_object()) {
+    for (const auto& r : s.value("required", nlohmann::json::array())) {
+      if (!v.contains(r.get<std::string>())) return false;
+    }
+    for (const auto& [k, x] : v.items()) {
+      if (s.contains("properties") && s["properties"].contains(k)) {
+        if (!naive_valid(x, s["properties"][k])) return false;
+      } else if (s.contains("properties") && !(s.contains("additionalProperties") && s["additionalProperties"] == true)) {
+        return false;
+      }
+    }
+  }
+  if (v.is_array() && s.contains("items")) {
+    for (const auto& x : v) {
+      if (!naive_valid(x, s["items"])) return false;
+    }
+  }
+  return true;
+}
+
+const char* kPersonSchema = R"({"type":"object","properties":{
+  "name":{"type":"string"},"age":{"type":"integer"},"score":{"type":"number"},
+  "tags":{"type":"array","items":{"type":"string"}},
+  "addr":{"type":"object","properties":{"city":{"type":"string"},"zip":{"type":["string","null"]}},
+          "required":["city"],"additionalProperties":false},
+  "ok":{"type":"boolean"}},
+  "required":["name","age"],"additionalProperties":false})";
+
+// A random document near the schema: every property value is right or (sometimes) of a
+// wrong type; keys in random order; sometimes a required key dropped or an unknown key.
+std::string near_doc(std::mt19937_64& rng, const nlohmann::json& schema, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  auto scalar = [&](const std::string& type) -> std::string {
+    if (type == "string") { static const char* v[] = {"\"a\"", "\"x y\"", "\"\""}; return v[pick(3)]; }
+    if (type == "integer") { static const char* v[] = {"0", "-7", "42"}; return v[pick(3)]; }
+    if (type == "number") { static const char* v[] = {"1.5", "-0.25e2", "3"}; return v[pick(3)]; }
+    if (type == "boolean") return pick(2) ? "true" : "false";
+    return "null";
+  };
+  static const char* kAnyType[] = {"string", "integer", "number", "boolean", "null"};
+  auto value = [&](const nlohmann::json& s) -> std::string {
+    if (pick(8) == 0) {  // a wrong (or random) type
+      return scalar(kAnyType[pick(5)]);
+    }
+    const std::string t = s["type"].is_array() ? s["type"][pick(static_cast<int>(s["type"].size()))].get<std::string>()
+                                               : s["type"].get<std::string>();
+    if (t == "object" && depth < 3) return near_doc(rng, s, depth + 1);
+    if (t == "array") {
+      std::string out = "[";
+      const int n = pick(3);
+      for (int i = 0; i < n; ++i) out += (i ? "," : "") + (pick(6) ? scalar(s["items"]["type"]) : scalar(kAnyType[pick(5)]));
+      return out + "]";
+    }
+    return scalar(t);
+  };
+  std::vector<std::string> keys;
+  for (const auto& [k, sub] : schema["properties"].items()) {
+    const bool required = std::find(schema["required"].begin(), schema["required"].end(), k) != schema["required"].end();
+    if ((required && pick(10) != 0) || (!required && pick(2))) keys.push_back(k);
+  }
+  if (pick(10) == 0) keys.push_back("extra");
+  std::shuffle(keys.begin(), keys.end(), rng);
+  std::string out = "{";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& sub = schema["properties"].contains(keys[i]) ? schema["properties"][keys[i]] : nlohmann::json{{"type", "string"}};
+    out += (i ? ", " : "") + std::string("\"") + keys[i] + "\": " + value(sub);
+  }
+  return out + "}";
+}
+
+TEST(JsonSchema, AcceptsExactlyTheSchemaValidDocuments) {
+  Seeded s;
+  SCOPED_TRACE(s.trace());
+  const auto schema = nlohmann::ordered_json::parse(kPersonSchema);
+  const auto plain = nlohmann::json::parse(kPersonSchema);
+  int n_valid = 0, n_invalid = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const std::string doc = near_doc(s.rng, plain, 0);
+    const bool want = naive_valid(nlohmann::json::parse(doc), plain);
+    JsonValidator v(true, true, &schema);
+    const bool got = v.feed(doc) && v.complete();
+    ASSERT_EQ(got, want) << doc;
+    (want ? n_valid : n_invalid)++;
+  }
+  EXPECT_GT(n_valid, 300);
+  EXPECT_GT(n_invalid, 300);
+}
+
+TEST(JsonSchema, KeysOnceAndRequiredBeforeClose) {
+  const auto schema = nlohmann::ordered_json::parse(kPersonSchema);
+  JsonValidator v(true, true, &schema);
+  EXPECT_TRUE(v.feed(std::string_view("{\"na")));
+  EXPECT_FALSE(v.feed('x'));  // no declared key starts with "nax"
+  EXPECT_TRUE(v.feed(std::string_view("me\": \"a\"")));
+  EXPECT_FALSE(v.feed('}'));  // "age" is required
+  EXPECT_TRUE(v.feed(std::string_view(", \"age\": 5")));
+  EXPECT_FALSE(v.feed('.'));  // integer
+  JsonValidator dup = v;
+  EXPECT_FALSE(dup.feed(std::string_view(", \"age\"")));  // each key once
+  EXPECT_TRUE(v.feed('}'));
+  EXPECT_TRUE(v.complete());
+}
+
+}  // namespace
+}  // namespace brass::server

@@ -340,3 +340,23 @@ test("401 with --api-key; 503 while loading and when the queue is full", async (
     await locked.stop();
   }
 });
+
+test("response_format json_schema: keys and types follow the schema while decoding", async () => {
+  const schema = { type: "object", properties: { city: { type: "string" }, temp: { type: "integer" }, sunny: { type: "boolean" } },
+                   required: ["city", "temp"], additionalProperties: false };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({ messages: user("JSON please"), max_tokens: 60, seed, temperature: 0.7,
+      response_format: { type: "json_schema", json_schema: { name: "w", schema } }, brass_test_force: "<|channel|>final<|message|>" });
+    const content = r.choices[0].message.content;
+    // Every key that was opened is a declared one (the decoder cannot spell others).
+    const keys = [...content.matchAll(/"((?:[^"\\]|\\.)*)"\s*:/g)].map((m) => m[1]);
+    for (const k of keys) assert.ok(["city", "temp", "sunny"].includes(k), `undeclared key ${k} in ${content}`);
+    assert.equal(new Set(keys).size, keys.length, "each key at most once: " + content);
+    if (r.choices[0].finish_reason === "stop") {
+      const v = JSON.parse(content);
+      assert.equal(typeof v.city, "string");
+      assert.ok(Number.isInteger(v.temp));
+      if ("sunny" in v) assert.equal(typeof v.sunny, "boolean");
+    }
+  }
+});
