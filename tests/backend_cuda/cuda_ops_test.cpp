@@ -277,6 +277,58 @@ TEST_P(CudaOpsMode, MoeExperts) {
   }
 }
 
+// router then moe on device-resident logits, as the decode layer issues them: the ids /
+// weights must come out as the reference router's, and the output as the reference
+// router + MoE (twin) composition (a backend that fuses or defers the router, as
+// bench/cuda_router_fusion.patch does, must pass unchanged). A second router followed by
+// a download checks that nothing is left pending.
+TEST_P(CudaOpsMode, RouterThenMoeFused) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(GetParam());
+  SEED_TRACE(f.rng);
+  struct Case { DType t; int64_t n_embd, n_ff, n_expert, k, n_tok; };
+  for (const Case& c : {Case{DType::MXFP4, 96, 160, 8, 4, 3}, Case{DType::Q8_0, 64, 96, 6, 2, 2},
+                        Case{DType::MXFP4, 2880, 2880, 32, 4, 1}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
+    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
+    HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
+        d(f.rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp);
+    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
+    auto logits = f.rng.vec(c.n_tok * c.n_expert, -4, 4);
+    std::vector<int32_t> ids(c.n_tok * c.k);
+    std::vector<float> w(c.n_tok * c.k);
+    f.cpu->router({.logits = logits.data(), .ids = ids.data(), .weights = w.data(), .n_tok = c.n_tok,
+                   .n_expert = c.n_expert, .k = c.k});
+    std::vector<float> want(c.n_tok * c.n_embd);
+    const MoeArgs ref{.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view,
+                      .down = d.view, .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(),
+                      .out = want.data(), .n_tok = c.n_tok, .k = c.k};
+    const bool q8 = f.q8x && q8x_type(c.t);
+    if (q8)
+      want = moe_q8x_twin(*f.cpu, ref, c.n_expert);
+    else
+      f.cpu->moe(ref);
+    Dev dx = Dev::from(*f.gpu, x), dl = Dev::from(*f.gpu, logits), di = Dev::poisoned<int32_t>(*f.gpu, ids.size()),
+        dw = Dev::poisoned<float>(*f.gpu, w.size()), dgb = Dev::from(*f.gpu, gb), dub = Dev::from(*f.gpu, ub),
+        ddb = Dev::from(*f.gpu, db), dout = Dev::poisoned<float>(*f.gpu, want.size());
+    const WeightView gg = on_gpu(*f.gpu, g.view), gu = on_gpu(*f.gpu, u.view), gd = on_gpu(*f.gpu, d.view);
+    f.gpu->router({.logits = dl.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .n_tok = c.n_tok,
+                   .n_expert = c.n_expert, .k = c.k});
+    f.gpu->moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = gg, .up = gu,
+                .down = gd, .gate_bias = dgb.as<float>(), .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(),
+                .out = dout.as<float>(), .n_tok = c.n_tok, .k = c.k});
+    EXPECT_EQ(di.get<int32_t>(ids.size()), ids);
+    expect_close(dw.get<float>(w.size()), w, 1e-6, 1e-7, "router weights");
+    expect_close(dout.get<float>(want.size()), want, q8 ? 1e-3 : 3e-5, 1e-5, "router + moe");
+    // A router followed by something other than its MoE still runs (deferred, then flushed).
+    Dev di2 = Dev::poisoned<int32_t>(*f.gpu, ids.size()), dw2 = Dev::poisoned<float>(*f.gpu, w.size());
+    f.gpu->router({.logits = dl.as<float>(), .ids = di2.as<int32_t>(), .weights = dw2.as<float>(), .n_tok = c.n_tok,
+                   .n_expert = c.n_expert, .k = c.k});
+    EXPECT_EQ(di2.get<int32_t>(ids.size()), ids);
+  }
+}
+
 // One attention configuration: n_seq sequences with the given chunk lengths and start
 // positions, stored then attended, reference vs CUDA (also through attn_qkv when asked).
 struct AttnCase {

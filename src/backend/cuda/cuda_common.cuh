@@ -175,6 +175,69 @@ __device__ __forceinline__ void row_dot(const DevW& w, int64_t r, const float* _
   }
 }
 
+// Router top-k + softmax for one token, by one warp (lane = its lane): k rounds of a warp
+// argmax (ties: lower index; within a lane the first of equal values; lane 0's result
+// is the round's pick) over the experts not yet taken, then the softmax over the k
+// picked logits (lane 0). id / w: k entries, in global or shared memory. Shared by the
+// router kernel and the MoE kernels that fuse the router, so both pick bit-identical
+// experts. Up to 128 experts the logits are read once into registers (4 per lane) and
+// the taken set is a per-lane bit mask: no memory round trip per round (this runs on
+// the MoE kernels' critical path when the router is fused).
+__device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, int64_t n_expert, int64_t k, int32_t* id,
+                                                 float* w, int lane) {
+  if (n_expert <= 4 * kWarp) {
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = lane + i * kWarp < n_expert ? l[lane + i * kWarp] : 0.f;
+    unsigned taken = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      float bv = -INFINITY;
+      int bi = INT32_MAX;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = lane + i * kWarp;
+        if (e >= n_expert || (taken >> i & 1u)) continue;
+        if (bi == INT32_MAX || v[i] > bv) { bv = v[i]; bi = e; }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT32_MAX && (bi == INT32_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+      }
+      bi = __shfl_sync(0xffffffffu, bi, 0);  // lane 0's pick (NaNs can make lanes disagree)
+      if (bi != INT32_MAX && bi % kWarp == lane) taken |= 1u << (bi / kWarp);
+      if (lane == 0) { id[j] = bi; w[j] = bv; }
+    }
+  } else {
+    for (int64_t j = 0; j < k; ++j) {
+      float bv = -INFINITY;
+      int bi = INT32_MAX;
+      for (int64_t e = lane; e < n_expert; e += kWarp) {
+        bool taken = false;
+        for (int64_t q = 0; q < j; ++q) taken = taken || id[q] == e;
+        if (taken) continue;
+        const float v = l[e];
+        if (bi == INT32_MAX || v > bv) { bv = v; bi = static_cast<int>(e); }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT32_MAX && (bi == INT32_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+      }
+      if (lane == 0) { id[j] = bi; w[j] = bv; }
+      __syncwarp();
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    const float m = w[0];
+    float sum = 0.f;
+    for (int64_t j = 0; j < k; ++j) { w[j] = expf(w[j] - m); sum += w[j]; }
+    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
+  __syncwarp();
+}
+
 __device__ __forceinline__ void load_mx_lut(float* lut) {
   if (threadIdx.x < 16) {
     constexpr float kV[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

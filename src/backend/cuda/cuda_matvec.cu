@@ -201,33 +201,7 @@ __global__ void router_kernel(const float* __restrict__ logits, int32_t* ids, fl
   const int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (t >= n_tok) return;
-  const float* l = logits + t * n_expert;
-  int32_t* id = ids + t * k;
-  float* w = wts + t * k;
-  for (int64_t j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int bi = INT32_MAX;
-    for (int64_t e = lane; e < n_expert; e += kWarp) {
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken = taken || id[q] == e;
-      if (taken) continue;
-      const float v = l[e];
-      if (bi == INT32_MAX || v > bv) { bv = v; bi = static_cast<int>(e); }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != INT32_MAX && (bi == INT32_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
-    }
-    if (lane == 0) { id[j] = bi; w[j] = bv; }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    const float m = w[0];
-    float sum = 0.f;
-    for (int64_t j = 0; j < k; ++j) { w[j] = expf(w[j] - m); sum += w[j]; }
-    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
-  }
+  router_topk_warp(logits + t * n_expert, n_expert, k, ids + t * k, wts + t * k, lane);
 }
 
 struct ArgBest { float v; int i; };
