@@ -104,10 +104,10 @@ Json usage_json(const runtime::Usage& u) {
 std::vector<int32_t> specials_text(const tok::Tokenizer& tk, const std::string& text) { return tk.encode(text, true); }
 
 // Prompt length checks and the effective max_tokens.
-std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g) {
+std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g, const char* param = "messages") {
   const int64_t n_ctx = s.engine->n_ctx();
   if (static_cast<int64_t>(n_prompt) >= n_ctx) {
-    ApiError e = invalid_param("messages", fmt::format("the prompt has {} tokens; this server's context is {} tokens "
+    ApiError e = invalid_param(param, fmt::format("the prompt has {} tokens; this server's context is {} tokens "
                                                        "(prompt + completion): shorten the prompt", n_prompt, n_ctx));
     e.code = "context_length_exceeded";
     return e;
@@ -406,7 +406,7 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
     if (t >= tokenizer->n_vocab()) return send_error(res, invalid_param("prompt", fmt::format("token id {} is out of range", t)));
   }
   GenParams g = cr.gen;
-  if (auto e = fit_context(*this, prompt.size(), g)) return send_error(res, *e);
+  if (auto e = fit_context(*this, prompt.size(), g, "prompt")) return send_error(res, *e);
   runtime::Request r = make_request(std::move(prompt), g, chat_stop_tokens);
   if (g.test_force) attach_constraint(*this, r, plan_for(*this, g, ToolChoice::kAuto, "", {}, ResponseFormat::kText));
 
