@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what brass needs to build and test on Debian 12: compilers and libraries
-# from Debian packages, test oracles from npm (into ./node_modules). Idempotent and
+# from Debian packages (and Debian's chromium, for the web UI test), test oracles and
+# clients from npm (into ./node_modules). Idempotent and
 # quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
       libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libpcre2-dev libcpp-httplib-dev unicode-data)
+      libpcre2-dev libcpp-httplib-dev unicode-data chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
