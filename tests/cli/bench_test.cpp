@@ -5,6 +5,8 @@
 // scaled by n_expert_used / n_expert, one token-embedding row) plus a hand-computed KV
 // term, and bad arguments must give "brass: error: ..." with exit code 1.
 #include <gtest/gtest.h>
+
+#include "cli_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,29 +22,11 @@
 
 namespace {
 
+using namespace brass::cli_test;
+
 namespace fs = std::filesystem;
 
-struct Proc {
-  int rc = -1;  // exit code; -1 when killed by a signal
-  std::string out, err;
-};
 
-Proc run(const std::string& args) {
-  const std::string err_file = (fs::temp_directory_path() / ("brass_bench_err_" + std::to_string(getpid()))).string();
-  const std::string cmd = std::string(BRASS_BINARY_DIR) + "/brass " + args + " 2>" + err_file;
-  Proc p;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return p;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
-  const int status = pclose(f);
-  p.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  p.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return p;
-}
 
 // Bytes one decode step reads from the weights, from `brass inspect FILE`'s tensor lines
 // ("  name type [shape] bytes offset"): expert tensors (ffn_*_exps) count

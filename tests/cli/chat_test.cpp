@@ -6,6 +6,8 @@
 // answer must equal a fresh `brass run` on the same prompt ids, i.e. the KV reuse does
 // not change the result.
 #include <gtest/gtest.h>
+
+#include "cli_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,54 +24,13 @@
 
 namespace {
 
+using namespace brass::cli_test;
+
 namespace fs = std::filesystem;
 
-struct Proc {
-  int rc = -1;  // exit code; -1 when killed by a signal
-  std::string out;
-  std::string err;
-};
 
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd();
-}
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("brass_chat_" + std::to_string(fresh_seed()))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& content) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream f(p, std::ios::binary);
-    f << content;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
 
- private:
-  fs::path path_;
-};
-
-// Runs `brass ARGS` through the shell (so ARGS may redirect stdin).
-Proc run(const std::string& args) {
-  const std::string err_file = (fs::temp_directory_path() / ("brass_chat_err_" + std::to_string(getpid()))).string();
-  const std::string cmd = std::string(BRASS_BINARY_DIR) + "/brass " + args + " 2>" + err_file;
-  Proc p;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return p;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
-  const int status = pclose(f);
-  p.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  p.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return p;
-}
 
 std::string read_golden(const std::string& name) {
   std::ifstream f(std::string(BRASS_TEST_DATA_DIR) + "/harmony/" + name, std::ios::binary);

@@ -3,6 +3,8 @@
 // seeds reproduce, --tokens works, tokenize/detokenize round-trip, inspect lists the
 // tensors, and bad input gives "brass: error: ..." with exit code 1, never a crash.
 #include <gtest/gtest.h>
+
+#include "cli_util.h"
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -15,35 +17,12 @@
 
 namespace {
 
+using namespace brass::cli_test;
+
 namespace fs = std::filesystem;
 
-struct Proc {
-  int rc = -1;        // exit code; -1 when killed by a signal
-  std::string out;
-  std::string err;
-};
 
-Proc run(const std::string& args) {
-  const std::string err_file = (fs::temp_directory_path() / ("brass_cli_err_" + std::to_string(getpid()))).string();
-  const std::string cmd = std::string(BRASS_BINARY_DIR) + "/brass " + args + " 2>" + err_file;
-  Proc p;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return p;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) p.out.append(buf, n);
-  const int status = pclose(f);
-  p.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  p.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  fs::remove(err_file);
-  return p;
-}
 
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd();
-}
 
 TEST(Cli, RunJsonParsesAndIsConsistent) {
   const uint64_t seed = fresh_seed();
