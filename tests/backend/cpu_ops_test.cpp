@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <complex>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,6 +105,34 @@ TEST(ThreadPool, EveryTaskRunsOnceWithValidThreadIndex) {
       EXPECT_EQ(bad[0], 0);
     }
   }
+}
+
+// The pool gives each thread a contiguous slice of the tasks; a thread that finishes
+// its own slice must take the rest of a stalled thread's slice. Here the first task a
+// non-caller thread runs blocks until all other tasks are done (or 5 s pass): only
+// stealing lets them finish.
+TEST(ThreadPool, IdleThreadStealsFromStalledSlice) {
+  cpu::ThreadPool pool(2);
+  const int64_t n_tasks = 200;
+  std::vector<std::atomic<int>> hits(n_tasks);
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> blocked_once{false}, timed_out{false};
+  pool.parallel_for(n_tasks, [&](int64_t t, int ti) {
+    if (ti != 0 && !blocked_once.exchange(true)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (done.load() < n_tasks - 1) {
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) {
+          timed_out = true;
+          break;
+        }
+        std::this_thread::yield();
+      }
+    }
+    hits[t]++;
+    done++;
+  });
+  EXPECT_FALSE(timed_out.load()) << "the stalled thread's slice was not taken over";
+  for (int64_t t = 0; t < n_tasks; ++t) EXPECT_EQ(hits[t].load(), 1) << t;
 }
 
 TEST_P(CpuOps, MatmulAllTypesOddSizes) {

@@ -19,9 +19,15 @@
 // activation rows to int8 blocks once per op and run int8 dot kernels (error bound in
 // simd_kernels.h), and f32 dots (attention scores, f32 weights) use the level's FMA
 // dot. Everything else, and the whole "ref" level, is the reference code below.
+//
+// BRASS_PROFILE=1 times every op (steady_clock around each call, so the barrier wait of
+// its parallel_fors is included) and prints a per-op table to stderr when the backend
+// is destroyed.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -65,13 +71,69 @@ class CpuBuffer final : public Buffer {
   uint8_t* data_;
 };
 
+// Per-op wall-time accumulator behind BRASS_PROFILE=1.
+enum ProfOp {
+  kPEmbed, kPNorm, kPMatQ8, kPMatMxfp4, kPMatHead, kPMatOther, kPRope, kPKv, kPAttn, kPRouter,
+  kPMoeGateUp, kPMoeDown, kPMoeOther, kPAdd, kPGather, kPCount
+};
+constexpr const char* kProfNames[kPCount] = {
+    "embed", "rms_norm", "matmul q8_0", "matmul mxfp4", "matmul head (n_out>=32k)", "matmul other",
+    "rope", "kv_store", "attention", "router", "moe gate+up", "moe down", "moe quant+sum", "add", "gather_rows"};
+
+struct Profiler {
+  bool on = false;
+  bool batch = false;  // the op being timed has n_tok > 1 (prefill): kept in a separate table
+  double sec[2][kPCount] = {};
+  int64_t calls[2][kPCount] = {};
+  void print() const {
+    for (int b = 0; b < 2; ++b) {
+      double tot = 0;
+      for (double v : sec[b]) tot += v;
+      if (tot == 0) continue;
+      std::fprintf(stderr, "BRASS_PROFILE cpu backend, %s ops: %.3f s\n", b ? "prefill (n_tok > 1)" : "decode (n_tok = 1)",
+                   tot);
+      for (int i = 0; i < kPCount; ++i) {
+        if (!calls[b][i]) continue;
+        std::fprintf(stderr, "  %-26s %9.3f ms %6.1f%% %8lld calls %9.2f us/call\n", kProfNames[i], sec[b][i] * 1e3,
+                     100.0 * sec[b][i] / tot, static_cast<long long>(calls[b][i]), sec[b][i] * 1e6 / calls[b][i]);
+      }
+    }
+  }
+};
+
+class ProfScope {
+ public:
+  ProfScope(Profiler& p, int op) : p_(p.on ? &p : nullptr), op_(op) {
+    if (p_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~ProfScope() { stop(); }
+  void stop() {
+    if (!p_) return;
+    const auto t1 = std::chrono::steady_clock::now();
+    p_->sec[p_->batch][op_] += std::chrono::duration<double>(t1 - t0_).count();
+    ++p_->calls[p_->batch][op_];
+    p_ = nullptr;
+  }
+
+ private:
+  Profiler* p_;
+  int op_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int n_threads, cpu::KernelLevel level)
       : pool_(n_threads > 0 ? n_threads : env::threads()),
         scratch_(pool_.size()),
         kt_(cpu::kernel_table(level)),
-        dot_(kt_ ? kt_->dot_f32 : &dot_f32) {}
+        dot_(kt_ ? kt_->dot_f32 : &dot_f32) {
+    const auto v = env::get("BRASS_PROFILE");
+    prof_.on = v && !v->empty() && *v != "0";
+  }
+  ~CpuBackend() override {
+    if (prof_.on) prof_.print();
+  }
 
   std::string name() const override {
     return std::string("cpu-") + cpu::kernel_level_name(kt_ ? kt_->level : cpu::KernelLevel::Ref);
@@ -95,6 +157,8 @@ class CpuBackend final : public Backend {
   }
 
   void embed(const EmbedArgs& a) override {
+    prof_.batch = a.n_tok > 1;
+    ProfScope ps_(prof_, kPEmbed);
     const int64_t n_embd = a.table.ne[0];
     const int64_t rb = a.table.row_bytes();
     const auto* base = static_cast<const uint8_t*>(a.table.data);
@@ -104,6 +168,8 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const RmsNormArgs& a) override {
+    prof_.batch = a.n_rows > 1;
+    ProfScope ps_(prof_, kPNorm);
     pool_.parallel_for(a.n_rows, [&](int64_t r, int) {
       const float* x = a.x + r * a.n;
       float* o = a.out + r * a.n;
@@ -115,6 +181,10 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const MatmulArgs& a) override {
+    prof_.batch = a.n_tok > 1;
+    ProfScope ps_(prof_, a.w.ne[1] >= 32768 ? kPMatHead
+                         : a.w.type == DType::Q8_0 ? kPMatQ8
+                         : a.w.type == DType::MXFP4 ? kPMatMxfp4 : kPMatOther);
     if (use_qgemm(a.w)) return matmul_q(a);
     const int64_t n_in = a.w.ne[0], n_out = a.w.ne[1];
     const int64_t rb = a.w.row_bytes();
@@ -137,6 +207,8 @@ class CpuBackend final : public Backend {
   }
 
   void rope(const RopeArgs& a) override {
+    prof_.batch = a.n_tok > 1;
+    ProfScope ps_(prof_, kPRope);
     const int64_t half = a.head_dim / 2;
     pool_.parallel_for(a.n_tok, [&](int64_t t, int ti) {
       float* cs = scratch(ti, 0, 2 * half);
@@ -158,6 +230,8 @@ class CpuBackend final : public Backend {
   }
 
   void kv_store(const KvStoreArgs& a) override {
+    prof_.batch = a.seqs.size() > 1 || (a.seqs.size() == 1 && a.seqs[0].n_tok > 1);
+    ProfScope ps_(prof_, kPKv);
     const int64_t row = a.n_head_kv * a.head_dim;
     for (const AttnSeq& s : a.seqs) {
       pool_.parallel_for(s.n_tok, [&](int64_t i, int) {
@@ -181,6 +255,8 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const AttentionArgs& a) override {
+    prof_.batch = a.seqs.size() > 1 || (a.seqs.size() == 1 && a.seqs[0].n_tok > 1);
+    ProfScope ps_(prof_, kPAttn);
     const int64_t n_rep = a.n_head / a.n_head_kv;
     const int64_t d = a.head_dim;
     const int64_t kv_row = a.n_head_kv * d;
@@ -237,6 +313,8 @@ class CpuBackend final : public Backend {
   }
 
   void router(const RouterArgs& a) override {
+    prof_.batch = a.n_tok > 1;
+    ProfScope ps_(prof_, kPRouter);
     pool_.parallel_for(a.n_tok, [&](int64_t t, int) {
       const float* l = a.logits + t * a.n_expert;
       int32_t* ids = a.ids + t * a.k;
@@ -264,7 +342,9 @@ class CpuBackend final : public Backend {
   }
 
   void moe(const MoeArgs& a) override {
+    prof_.batch = a.n_tok > 1;
     if (use_qgemm(a.gate) && use_qgemm(a.up) && use_qgemm(a.down)) return moe_q(a);
+    ProfScope ps_(prof_, kPMoeOther);
     const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2];
     const int64_t n_slots = a.n_tok * a.k;
     // Which (token, j) slots each expert serves, in slot order (deterministic).
@@ -332,6 +412,8 @@ class CpuBackend final : public Backend {
   }
 
   void add(const AddArgs& a) override {
+    prof_.batch = false;
+    ProfScope ps_(prof_, kPAdd);
     constexpr int64_t kChunk = 1 << 16;
     pool_.parallel_for((a.n + kChunk - 1) / kChunk, [&](int64_t c, int) {
       const int64_t i1 = std::min(a.n, (c + 1) * kChunk);
@@ -340,6 +422,8 @@ class CpuBackend final : public Backend {
   }
 
   void gather_rows(const GatherRowsArgs& a) override {
+    prof_.batch = a.n_rows > 1;
+    ProfScope ps_(prof_, kPGather);
     for (int64_t i = 0; i < a.n_rows; ++i) {
       std::memcpy(a.out + i * a.n, a.x + static_cast<int64_t>(a.rows[i]) * a.n, a.n * sizeof(float));
     }
@@ -390,6 +474,7 @@ class CpuBackend final : public Backend {
   // MoE with int8 activations: the (token, j) slots are grouped by expert (slot order
   // inside a group); each task runs one expert's gate+up (or down) rows for all its slots.
   void moe_q(const MoeArgs& a) {
+    ProfScope ps_pre(prof_, kPMoeOther);
     const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2];
     const int64_t n_slots = a.n_tok * a.k;
     std::vector<int64_t> start(n_expert + 1, 0);  // grouped order: expert e owns [start[e], start[e+1])
@@ -420,6 +505,8 @@ class CpuBackend final : public Backend {
     const auto* ubase = static_cast<const uint8_t*>(a.up.data);
     const auto* dbase = static_cast<const uint8_t*>(a.down.data);
     const int64_t ff_tiles = (n_ff + kQRows - 1) / kQRows;
+    ps_pre.stop();
+    ProfScope ps_gu(prof_, kPMoeGateUp);
     pool_.parallel_for(static_cast<int64_t>(active.size()) * ff_tiles, [&](int64_t task, int) {
       const int64_t e = active[task / ff_tiles];
       const int64_t r0 = (task % ff_tiles) * kQRows, r1 = std::min(n_ff, r0 + kQRows);
@@ -444,10 +531,14 @@ class CpuBackend final : public Backend {
       }
     });
 
+    ps_gu.stop();
     // Phase 2: down rows of each active expert into eout_.
+    ProfScope ps_q2(prof_, kPMoeOther);
     const cpu::QActRow* aq = quantize_rows(a.down.type, act_.data(), n_slots, n_ff, 1);
     for (int64_t i = 0; i < n_slots; ++i) xr[i] = aq[order[i]];
     const int64_t embd_tiles = (n_embd + kQRows - 1) / kQRows;
+    ps_q2.stop();
+    ProfScope ps_dn(prof_, kPMoeDown);
     pool_.parallel_for(static_cast<int64_t>(active.size()) * embd_tiles, [&](int64_t task, int) {
       const int64_t e = active[task / embd_tiles];
       const int64_t r0 = (task % embd_tiles) * kQRows, r1 = std::min(n_embd, r0 + kQRows);
@@ -459,6 +550,8 @@ class CpuBackend final : public Backend {
                     .bias = a.down_bias ? a.down_bias + e * n_embd : nullptr});
       }
     });
+    ps_dn.stop();
+    ProfScope ps_sum(prof_, kPMoeOther);
 
     // Phase 3: weighted sum over the k experts of each token, in j order.
     pool_.parallel_for(a.n_tok, [&](int64_t t, int) {
@@ -509,6 +602,7 @@ class CpuBackend final : public Backend {
     std::vector<cpu::QActRow> rows;
   };
 
+  Profiler prof_;
   cpu::ThreadPool pool_;
   std::vector<std::array<std::vector<float>, 3>> scratch_;
   std::vector<float> act_, eout_;

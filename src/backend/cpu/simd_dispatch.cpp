@@ -1,5 +1,6 @@
 // Kernel-level selection for the CPU backend: what the processor supports
 // (__builtin_cpu_supports) and the BRASS_CPU_KERNELS override (ref|avx2|avx512).
+#include <cstdlib>
 #include <string>
 
 #include "backend/cpu/simd_kernels.h"
@@ -71,6 +72,16 @@ const KernelTable* kernel_table(KernelLevel l) {
   return nullptr;
 #endif
 }
+
+namespace {
+int prefetch_rows_from_env() {
+  const char* e = std::getenv("BRASS_CPU_PREFETCH_ROWS");
+  if (!e || !*e) return 4;
+  const int v = std::atoi(e);
+  return v < 0 ? 0 : v > 64 ? 64 : v;
+}
+}  // namespace
+const int g_prefetch_rows = prefetch_rows_from_env();
 
 bool qgemm_supports(DType t) { return t == DType::Q8_0 || t == DType::MXFP4; }
 

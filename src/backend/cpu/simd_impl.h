@@ -202,18 +202,21 @@ void tile(const F& f, const uint8_t* w, i64 rb, i64 nblk, const QActRow* x, floa
     // rows of ~24-48 cache lines are too short for the hardware stream prefetchers,
     // and the decode mat-vec stalled on DRAM without this. Prefetching past the
     // matrix end is harmless (prefetches do not fault).
-    {
-      const char* pf = reinterpret_cast<const char*>(w + R * rb + b * R * F::kBlockBytes);
+    if (g_prefetch_rows > 0) {
+      const char* pf = reinterpret_cast<const char*>(w + g_prefetch_rows * rb + b * R * F::kBlockBytes);
       for (i64 o = 0; o < R * F::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
     __m256i wv[R];
-    float wsf[R];
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* p = w + i * rb + b * F::kBlockBytes;
-      wv[i] = f.decode(p);
-      wsf[i] = F::scale(p);
+    for (int i = 0; i < R; ++i) wv[i] = f.decode(w + i * rb + b * F::kBlockBytes);
+    // the 4 scales built in registers (a 4-float array store + vector load would miss
+    // store-to-load forwarding every block)
+    __m128 ws;
+    if constexpr (R == 4) {
+      const uint8_t* p = w + b * F::kBlockBytes;
+      ws = _mm_setr_ps(F::scale(p), F::scale(p + rb), F::scale(p + 2 * rb), F::scale(p + 3 * rb));
+    } else {
+      ws = _mm_set_ss(F::scale(w + b * F::kBlockBytes));
     }
-    const __m128 ws = R == 4 ? _mm_loadu_ps(wsf) : _mm_set_ss(wsf[0]);
     for (int t = 0; t < T; ++t) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].q + b * kQK));
       const __m256i nbv = use_nb ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].nb + b * 8))

@@ -72,6 +72,10 @@ struct KernelTable {
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n) = nullptr;
 };
 
+// Software-prefetch distance of the mat-vec tiles, in weight rows ahead of the tile
+// (BRASS_CPU_PREFETCH_ROWS, default 4; 0 turns the prefetch off). Read once at start-up.
+extern const int g_prefetch_rows;
+
 // Null for Ref (the reference backend does not use a table).
 const KernelTable* kernel_table(KernelLevel l);
 bool qgemm_supports(DType t);  // Q8_0, MXFP4

@@ -8,6 +8,7 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <chrono>
+#include <cstdlib>
 
 namespace brass::backend::cpu {
 
@@ -30,7 +31,9 @@ bool spin_until(Pred pred) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads), slices_(n_threads_) {
+  const char* e = std::getenv("BRASS_POOL_SLICES");  // experiment knob: 0 = one shared counter
+  sliced_ = !(e && e[0] == '0');
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -45,10 +48,15 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_tasks(int index) {
-  for (;;) {
-    const int64_t task = next_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    (*fn_)(task, index);
+  // own slice first, then the others' (each task index is handed out once by its
+  // slice's counter, whoever asks)
+  for (int k = 0; k < n_threads_; ++k) {
+    Slice& s = slices_[(index + k) % n_threads_];
+    for (;;) {
+      const int64_t task = s.next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= s.end) break;
+      (*fn_)(task, index);
+    }
   }
 }
 
@@ -79,7 +87,11 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
     std::lock_guard<std::mutex> lk(mu_);
     fn_ = &fn;
     n_tasks_ = n_tasks;
-    next_.store(0, std::memory_order_relaxed);
+    for (int i = 0; i < n_threads_; ++i) {
+      const int64_t lo = sliced_ ? n_tasks * i / n_threads_ : (i ? n_tasks : 0);
+      slices_[i].next.store(lo, std::memory_order_relaxed);
+      slices_[i].end = sliced_ ? n_tasks * (i + 1) / n_threads_ : n_tasks;
+    }
     active_.store(n_threads_ - 1, std::memory_order_relaxed);
     ++generation_;
     gen_.store(generation_, std::memory_order_release);
