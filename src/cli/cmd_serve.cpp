@@ -1,21 +1,29 @@
 // `brass serve`: the OpenAI-compatible HTTP server and web chat UI (src/server). Binds
 // the listener first (loopback by default), loads the model in the background with a
 // progress bar (/health answers 503 until it is ready), and runs until SIGINT/SIGTERM.
+// `--device cpu|cuda|auto` is resolved here, before binding (asking for cuda where it is
+// unavailable fails at once), and the model is built through the CLI's shared loader
+// (load_model_on), the same backend choice as run/chat/bench.
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/load_model.h"
+#include "gguf/reader.h"
 #include "server/server.h"
 
 namespace brass::cli {
 
 Runner add_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServerOptions>();
+  auto device = std::make_shared<std::string>("auto");
   o->progress = true;
   app.add_option("-m,--model", o->model_path,
                  "GGUF file (default: the built-in tiny model: real o200k vocabulary, RANDOM weights)");
+  app.add_option("--device", *device, "cpu, cuda or auto (cuda when built with it and a GPU is present)")
+      ->capture_default_str();
   app.add_option("--host", o->host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o->port, "port (0: any free port, printed)")->capture_default_str();
   app.add_option("--parallel", o->parallel, "sequences generated at once (continuous batching)")->capture_default_str();
@@ -30,8 +38,17 @@ Runner add_serve(CLI::App& app) {
   // end-to-end tests can drive the real model path through known Harmony structure.
   app.add_flag("--test-hooks", o->test_hooks, "TEST ONLY: accept the brass_test_force request field")->group("");
   app.add_option("--test-load-delay-ms", o->test_load_delay_ms, "TEST ONLY: delay the model load")->group("");
-  return [o]() -> int {
+  return [o, device]() -> int {
     server::ServerOptions opts = *o;
+    auto requested = parse_device(*device);
+    if (!requested) return fail(requested.status().message());
+    auto resolved = resolve_device(*requested);
+    if (!resolved) return fail(resolved.status().message());
+    const Device dev = *resolved;
+    opts.load_model = [dev](std::unique_ptr<gguf::Reader> reader, const model::ModelOptions& mo) {
+      return load_model_on(std::move(reader), dev, mo);
+    };
+    std::fprintf(stderr, "brass: serve: device %s\n", device_name(dev));
     if (opts.model_path.empty()) opts.model_path = builtin_model_path();
     if (opts.api_key.empty()) {
       if (const char* k = std::getenv("BRASS_API_KEY")) opts.api_key = k;

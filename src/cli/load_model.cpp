@@ -63,21 +63,27 @@ Result<LoadedModel> load_model(const LoadRequest& req) {
   if (req.tokenizer) {
     BRASS_ASSIGN_OR_RETURN(lm.tokenizer, tok::Tokenizer::from_gguf(*reader));
   }
-  model::ModelOptions mo = req.options;
-  mo.kv_type = req.kv_type ? *req.kv_type : lm.device == Device::kCuda ? DType::F16 : DType::F32;
   Timer t;
-  if (lm.device == Device::kCuda) {
-#ifdef BRASS_CLI_HAVE_CUDA
-    BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend());
-    BRASS_ASSIGN_OR_RETURN(lm.model, model::Model::load(std::move(reader), mo, std::move(be)));
-#endif
-  } else {
-    BRASS_ASSIGN_OR_RETURN(lm.model, model::Model::load(std::move(reader), mo));
-  }
+  BRASS_ASSIGN_OR_RETURN(lm.model, load_model_on(std::move(reader), lm.device, req.options, req.kv_type));
   lm.load_s = t.seconds();
   backend::Backend& be = lm.model->backend();
   lm.device_desc = lm.device == Device::kCuda ? be.name() : fmt::format("{}, {} threads", be.name(), be.n_threads());
   return lm;
+}
+
+Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
+                                                    model::ModelOptions options, std::optional<DType> kv_type) {
+  if (device == Device::kAuto) return Status::error("load_model_on: the device must be resolved (cpu or cuda)");
+  options.kv_type = kv_type ? *kv_type : device == Device::kCuda ? DType::F16 : DType::F32;
+  if (device == Device::kCuda) {
+#ifdef BRASS_CLI_HAVE_CUDA
+    BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend());
+    return model::Model::load(std::move(reader), options, std::move(be));
+#else
+    return resolve_device(Device::kCuda).status();
+#endif
+  }
+  return model::Model::load(std::move(reader), options);
 }
 
 bool is_plain_greedy(const runtime::SamplerParams& p) {

@@ -58,6 +58,14 @@ struct LoadedModel {
 
 Result<LoadedModel> load_model(const LoadRequest& req);
 
+// The backend half of load_model, for callers that open the GGUF themselves (`brass
+// serve` loads in the background, after its own tokenizer step): builds the Model from
+// `reader` on `device` (already resolved: kCpu or kCuda), with the per-device KV type
+// default unless `kv_type` is set.
+Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
+                                                    model::ModelOptions options,
+                                                    std::optional<DType> kv_type = std::nullopt);
+
 // True when `p` picks the argmax of the raw logits (temperature <= 0 and no penalty that
 // could change the argmax), so the backend's greedy decode gives the same tokens.
 bool is_plain_greedy(const runtime::SamplerParams& p);

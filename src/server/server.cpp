@@ -78,8 +78,9 @@ void Server::Impl::load() {
   model::ModelOptions mo;
   mo.n_threads = opt.threads;
   mo.n_ctx = opt.n_ctx;
-  auto mdl = model::Model::load(std::move(*reader), mo);
+  auto mdl = opt.load_model ? opt.load_model(std::move(*reader), mo) : model::Model::load(std::move(*reader), mo);
   if (!mdl) return fail(mdl.status().message());
+  const std::string backend_name = (*mdl)->backend().name();
   if (opt.progress) progress_bar(3, n_steps, "engine + token table", timer.seconds());
   runtime::EngineOptions eo;
   eo.parallel = opt.parallel;
@@ -98,8 +99,9 @@ void Server::Impl::load() {
   }
   engine = std::move(*eng);
   if (opt.progress) progress_bar(4, n_steps, "ready", timer.seconds());
-  std::fprintf(stderr, "brass: serve: model '%s' ready (context %lld, parallel %d) in %.1f s\n", model_id.c_str(),
-               static_cast<long long>(engine->n_ctx()), opt.parallel, timer.seconds());
+  std::fprintf(stderr, "brass: serve: model '%s' ready on %s (context %lld, parallel %d) in %.1f s\n",
+               model_id.c_str(), backend_name.c_str(), static_cast<long long>(engine->n_ctx()), opt.parallel,
+               timer.seconds());
   std::lock_guard<std::mutex> lk(load_mu);
   state = State::kReady;
   load_cv.notify_all();

@@ -13,7 +13,20 @@
 
 #include "core/status.h"
 
+namespace brass::gguf {
+class Reader;
+}
+namespace brass::model {
+class Model;
+struct ModelOptions;
+}  // namespace brass::model
+
 namespace brass::server {
+
+// Builds the Model from the opened GGUF; the caller picks the backend (`brass serve
+// --device` passes the CLI's shared loader, cli::load_model_on).
+using ModelLoader =
+    std::function<Result<std::unique_ptr<model::Model>>(std::unique_ptr<gguf::Reader>, const model::ModelOptions&)>;
 
 struct ServerOptions {
   std::string model_path;         // GGUF file
@@ -30,6 +43,7 @@ struct ServerOptions {
   bool test_hooks = false;        // TEST ONLY: accept `brass_test_force` in requests
   bool progress = true;           // loading progress bar on stderr
   int test_load_delay_ms = 0;     // TEST ONLY: stay "loading" this long first (503 tests)
+  ModelLoader load_model;         // empty: model::Model::load on the CPU backend
 };
 
 class Server {
