@@ -13,7 +13,11 @@
 namespace brass::backend::cpu {
 
 namespace {
-constexpr double kSpinSeconds = 50e-6;
+// BRASS_POOL_SPIN_US overrides the spin (experiments; read once).
+const double kSpinSeconds = [] {
+  const char* e = std::getenv("BRASS_POOL_SPIN_US");
+  return e && *e ? std::atof(e) * 1e-6 : 50e-6;
+}();
 
 // Spin until pred() or kSpinSeconds pass; true if pred() became true.
 template <class Pred>
@@ -32,7 +36,7 @@ bool spin_until(Pred pred) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads), slices_(n_threads_) {
-  const char* e = std::getenv("BRASS_POOL_SLICES");  // experiment knob: 0 = one shared counter
+  const char* e = std::getenv("BRASS_POOL_SLICES");  // experiment knob: 0 = one range, thread 0 from the front, the rest from the back
   sliced_ = !(e && e[0] == '0');
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -48,14 +52,20 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_tasks(int index) {
-  // own slice first, then the others' (each task index is handed out once by its
-  // slice's counter, whoever asks)
+  // own slice first, from its front; then the others', from their back, so the owner's
+  // reads stay one ascending stream and the thief's another (tasks handed out one at a
+  // time to both ends of one range interleave the two threads' reads, which halved the
+  // read bandwidth on a 2-core EPYC: 10 vs 21 GB/s for 16 KiB chunks)
   for (int k = 0; k < n_threads_; ++k) {
-    Slice& s = slices_[(index + k) % n_threads_];
+    std::atomic<uint64_t>& r = slices_[(index + k) % n_threads_].range;
+    uint64_t cur = r.load(std::memory_order_relaxed);
     for (;;) {
-      const int64_t task = s.next.fetch_add(1, std::memory_order_relaxed);
-      if (task >= s.end) break;
-      (*fn_)(task, index);
+      const uint64_t front = cur & 0xffffffffu, back = cur >> 32;
+      if (front >= back) break;
+      const uint64_t next = k == 0 ? (back << 32) | (front + 1) : ((back - 1) << 32) | front;
+      if (!r.compare_exchange_weak(cur, next, std::memory_order_relaxed)) continue;
+      (*fn_)(static_cast<int64_t>(k == 0 ? front : back - 1), index);
+      cur = r.load(std::memory_order_relaxed);
     }
   }
 }
@@ -79,7 +89,7 @@ void ThreadPool::worker(int index) {
 
 void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {
   if (n_tasks <= 0) return;
-  if (n_threads_ == 1 || n_tasks == 1) {
+  if (n_threads_ == 1 || n_tasks == 1 || n_tasks > 0xffffffffLL) {  // (slices pack 32-bit bounds)
     for (int64_t i = 0; i < n_tasks; ++i) fn(i, 0);
     return;
   }
@@ -88,9 +98,9 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
     fn_ = &fn;
     n_tasks_ = n_tasks;
     for (int i = 0; i < n_threads_; ++i) {
-      const int64_t lo = sliced_ ? n_tasks * i / n_threads_ : (i ? n_tasks : 0);
-      slices_[i].next.store(lo, std::memory_order_relaxed);
-      slices_[i].end = sliced_ ? n_tasks * (i + 1) / n_threads_ : n_tasks;
+      const uint64_t lo = sliced_ ? n_tasks * i / n_threads_ : (i ? n_tasks : 0);
+      const uint64_t hi = sliced_ ? n_tasks * (i + 1) / n_threads_ : n_tasks;
+      slices_[i].range.store((hi << 32) | lo, std::memory_order_relaxed);
     }
     active_.store(n_threads_ - 1, std::memory_order_relaxed);
     ++generation_;

@@ -1,7 +1,7 @@
 // A small persistent thread pool for the CPU backends: n-1 worker threads created
 // once, plus the calling thread, run `parallel_for` task ranges. Tasks are handed out
 // in contiguous ranges: thread i first takes tasks from its own slice [i*n/T, (i+1)*n/T)
-// in order, then steals from the other slices (dynamic balancing; experts and heads have
+// in order, then steals from the back of the other slices (dynamic balancing; experts and heads have
 // uneven cost, and the machine may be shared). Contiguous slices keep each thread's weight
 // reads one long sequential stream in the decode mat-vecs, which the hardware prefetchers
 // follow better than tasks interleaved between threads.
@@ -48,12 +48,14 @@ class ThreadPool {
   std::atomic<bool> stop_flag_{false};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t n_tasks_ = 0;
+  // A slice [front, back) packed in one word (front in the low 32 bits) so that the
+  // owner taking from the front and a thief taking from the back agree by CAS on who
+  // gets the last task.
   struct alignas(64) Slice {
-    std::atomic<int64_t> next{0};
-    int64_t end = 0;
+    std::atomic<uint64_t> range{0};
   };
-  std::vector<Slice> slices_;
-  bool sliced_ = true;  // (n_threads) per-thread task ranges
+  std::vector<Slice> slices_;  // (n_threads) per-thread task ranges
+  bool sliced_ = true;
 };
 
 }  // namespace brass::backend::cpu
