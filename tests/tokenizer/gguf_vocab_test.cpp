@@ -4,6 +4,7 @@
 // byte-to-unicode: ' ' -> U+0120 'Ġ', '\n' -> U+010A 'Ċ'), and the merges against a
 // naive BPE written here.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <list>
 
@@ -27,7 +28,8 @@ struct Written {
 const Written& written() {
   static Written w = [] {
     Written x;
-    x.path = ::testing::TempDir() + "/brass_tok_vocab.gguf";
+    // One file per process: ctest runs this suite's tests as parallel processes.
+    x.path = ::testing::TempDir() + "/brass_tok_vocab_" + std::to_string(getpid()) + ".gguf";
     gguf::Writer writer;
     impl().write_gguf(writer);
     const Status st = writer.write(x.path);
@@ -145,7 +147,7 @@ TEST(GgufVocab, RoundTripGivesTheSameTokenizer) {
 }
 
 TEST(GgufVocab, RejectsOtherTokenizers) {
-  const std::string path = ::testing::TempDir() + "/brass_tok_bad.gguf";
+  const std::string path = ::testing::TempDir() + "/brass_tok_bad_" + std::to_string(getpid()) + ".gguf";
   gguf::Writer wr;
   wr.set_string("tokenizer.ggml.model", "gpt2");
   wr.set_string("tokenizer.ggml.pre", "llama-bpe");
