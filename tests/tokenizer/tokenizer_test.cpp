@@ -3,6 +3,7 @@
 // openai_public.py), invalid UTF-8 == its U+FFFD repair, round trips, the streaming
 // decoder (never half a character), loader errors, and time bounds on pathological input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -156,7 +157,8 @@ TEST(Encode, PathologicalInputsStayFast) {
 }
 
 std::string write_temp(const std::string& name, const std::string& content) {
-  const std::string p = ::testing::TempDir() + "/brass_tok_" + name;
+  // Per process: ctest runs the tests of this suite as parallel processes.
+  const std::string p = ::testing::TempDir() + "/brass_tok_" + std::to_string(getpid()) + "_" + name;
   std::ofstream(p, std::ios::binary) << content;
   return p;
 }
