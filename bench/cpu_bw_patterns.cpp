@@ -42,7 +42,7 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t sum(const uint8_t* p, size_
       for (int o = 0; o < 256; o += 64) {
         const __m256i x = _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + o)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + o + 32)));
-        a = _mm512_add_epi64(a, _mm512_zextsi256_si512(x));
+        a = _mm512_add_epi64(a, _mm512_inserti64x4(_mm512_setzero_si512(), x, 0));
       }
     }
   }
