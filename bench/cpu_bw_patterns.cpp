@@ -30,6 +30,7 @@ double now_s() {
 template <bool kWide>
 __attribute__((target("avx512f,avx512bw"))) uint64_t sum(const uint8_t* p, size_t n, size_t pf) {
   __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+  __m256i h = _mm256_setzero_si256();  // the 256-bit loads' accumulator
   for (size_t i = 0; i + 256 <= n; i += 256) {
     if (pf)
       for (int o = 0; o < 256; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i + pf + o), _MM_HINT_T0);
@@ -42,13 +43,15 @@ __attribute__((target("avx512f,avx512bw"))) uint64_t sum(const uint8_t* p, size_
       for (int o = 0; o < 256; o += 64) {
         const __m256i x = _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + o)),
                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + o + 32)));
-        a = _mm512_add_epi64(a, _mm512_inserti64x4(_mm512_setzero_si512(), x, 0));
+        h = _mm256_add_epi64(h, x);
       }
     }
   }
   alignas(64) uint64_t lanes[8];  // (not _mm512_reduce_add_epi64: GCC 12 warns inside it)
   _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
-  uint64_t s = 0;
+  alignas(32) uint64_t hl[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(hl), h);
+  uint64_t s = hl[0] + hl[1] + hl[2] + hl[3];
   for (uint64_t v : lanes) s += v;
   return s;
 }
