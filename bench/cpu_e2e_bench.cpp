@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/bandwidth_probe.h"
 #include "model/model.h"
 #include "tools/synth.h"
 
@@ -31,39 +32,9 @@ double cpu_s() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
-// Sum of buf[i0, i1): the read loop of the bandwidth probe. With AVX2 when the CPU has
-// it (the baseline SSE2 loop is compute-bound near 12 GB/s per core on some servers).
-__attribute__((target("avx2"))) uint64_t sum_range_avx2(const uint64_t* p, size_t n) {
-  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-uint64_t sum_range(const uint64_t* p, size_t n) {
-  if (__builtin_cpu_supports("avx2")) return sum_range_avx2(p, n);
-  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
 double read_bandwidth_gbs(int threads) {
-  const size_t bytes = size_t{1} << 30;
-  std::vector<uint64_t> buf(bytes / 8, 1);
-  double best = 0;
-  for (int pass = 0; pass < 5; ++pass) {
-    std::vector<uint64_t> sums(threads);
-    const double t0 = now_s();
-    std::vector<std::thread> th;
-    for (int t = 0; t < threads; ++t)
-      th.emplace_back([&, t] {
-        const size_t n = buf.size() / threads, i0 = t * n;
-        sums[t] = sum_range(buf.data() + i0, n);
-      });
-    for (auto& x : th) x.join();
-    best = std::max(best, bytes / (now_s() - t0) / 1e9);
-  }
-  return best;
+  auto bw = backend::cpu::read_bandwidth_gbs(threads);
+  return bw.is_ok() ? bw.value() : 0.0;
 }
 int32_t argmax(const float* x, int64_t n) {
   int64_t b = 0;

@@ -26,7 +26,7 @@
 //
 // The floor (the bandwidth the device can actually sustain, measured here, printed):
 //   cpu:   a read-only probe: --threads threads sum disjoint parts of a 1 GiB buffer
-//          (AVX2 when the CPU has it); best of 3 passes; bytes read / time.
+//          (AVX2 when the CPU has it); best of 5 passes; bytes read / time.
 //   cuda:  cudaMemcpy device-to-device of 1 GiB, best of 5 after a warm-up; counted as
 //          bytes read + bytes written (2 GiB per copy), as a decode step only reads.
 // % floor = achieved GB/s / floor GB/s. --floor GB/s skips the probe.
@@ -48,6 +48,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/bandwidth_probe.h"
 #include "cli/commands.h"
 #include "cli/load_model.h"
 #include "core/env.h"
@@ -85,55 +86,6 @@ Result<std::vector<int64_t>> parse_list(const std::string& flag, const std::stri
 
 // ---- the floor probes ----
 
-// Sum of p[0, n): the read loop of the CPU probe. The baseline SSE2 loop can be compute-
-// bound (~12 GB/s per core), so AVX2 is used where the CPU has it (runtime dispatch: the
-// rest of the binary stays baseline x86-64).
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* p, size_t n) {
-  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
-}
-#endif
-uint64_t sum_words(const uint64_t* p, size_t n) {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) return sum_words_avx2(p, n);
-#endif
-  uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
-  return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
-}
-
-Result<double> cpu_read_bandwidth(int threads) {
-  const size_t words = (size_t{1} << 30) / 8;
-  std::unique_ptr<uint64_t[]> buf;
-  try {
-    buf.reset(new uint64_t[words]);
-  } catch (const std::bad_alloc&) {
-    return Status::error("bench: cannot allocate the 1 GiB buffer of the CPU bandwidth probe (use --floor GB/s)");
-  }
-  // Touched by the threads that read it (first touch places pages near them).
-  const int nt = std::max(threads, 1);
-  auto parallel = [&](auto&& fn) {
-    std::vector<std::thread> th;
-    for (int t = 0; t < nt; ++t) th.emplace_back([&, t] { fn(t, t * (words / nt), (t + 1 == nt) ? words : (t + 1) * (words / nt)); });
-    for (auto& x : th) x.join();
-  };
-  parallel([&](int, size_t i0, size_t i1) { for (size_t i = i0; i < i1; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull; });
-  std::vector<uint64_t> sink(nt);
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const double t0 = now_s();
-    parallel([&](int t, size_t i0, size_t i1) { sink[t] = sum_words(buf.get() + i0, i1 - i0); });
-    best = std::max(best, words * 8.0 / (now_s() - t0) / 1e9);
-  }
-  uint64_t all = 0;
-  for (uint64_t s : sink) all ^= s;
-  if (all == 1) std::fprintf(stderr, " ");  // keeps the sums alive
-  return best;
-}
 
 #ifdef BRASS_CLI_HAVE_CUDA
 Result<double> cuda_copy_bandwidth() {
@@ -282,10 +234,10 @@ Runner add_bench(CLI::App& app) {
         floor_method = "cudaMemcpy device-to-device 1 GiB, read + write, best of 5";
 #endif
       } else {
-        auto bw = cpu_read_bandwidth(threads);
+        auto bw = backend::cpu::read_bandwidth_gbs(threads);
         if (!bw) return fail(bw.status().message());
         floor = *bw;
-        floor_method = fmt::format("1 GiB read, {} threads, best of 3", threads);
+        floor_method = fmt::format("1 GiB read, {} threads, best of 5", threads);
       }
     }
 
