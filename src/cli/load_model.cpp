@@ -3,7 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "core/log.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "gguf/reader.h"
 
@@ -27,6 +34,28 @@ const char* device_name(Device d) {
     case Device::kCuda: return "cuda";
   }
   return "?";
+}
+
+// CPU backend: the weights are computed on straight from the mapped file. Say clearly
+// when they do not fit in memory (every token would re-read the file from disk);
+// otherwise read them in now, with a progress bar on a terminal, so the first tokens
+// do not stall on page faults.
+void prepare_host_weights(const gguf::Reader& r) {
+  const size_t bytes = r.file_size() - r.data_offset();
+  const std::string warning = memory_fit_warning(r.path(), static_cast<int64_t>(bytes), mem_available_bytes());
+  if (!warning.empty()) {
+    BRASS_LOG_WARN("{}", warning);
+    return;  // populating would only evict the pages it just read
+  }
+  const bool show = isatty(STDERR_FILENO) && bytes > (size_t{256} << 20);
+  Timer t;
+  populate_read(r.base() + r.data_offset(), bytes, [&](size_t done, size_t total) {
+    if (!show) return;
+    std::fprintf(stderr, "\rbrass: loading weights %3d%%  %.2f / %.2f GiB  %.1f GB/s ",
+                 static_cast<int>(100.0 * done / std::max<size_t>(total, 1)), done / 1073741824.0,
+                 total / 1073741824.0, done / std::max(t.seconds(), 1e-9) / 1e9);
+  });
+  if (show) std::fprintf(stderr, "\n");
 }
 
 bool cuda_compiled() {
@@ -83,6 +112,7 @@ Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader
     return resolve_device(Device::kCuda).status();
 #endif
   }
+  prepare_host_weights(*reader);
   return model::Model::load(std::move(reader), options);
 }
 
