@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/oai_swiglu.h"
 #include "backend/cpu/simd_backend.h"
 #include "backend/cpu/simd_kernels.h"
 #include "backend/cpu/thread_pool.h"
@@ -376,9 +377,7 @@ class CpuBackend final : public Backend {
         for (int64_t r = r0; r < r1; ++r) {
           float g = dot_f32(xt, grows[r - r0], n_embd) + (a.gate_bias ? a.gate_bias[e * n_ff + r] : 0.0f);
           float u = dot_f32(xt, urows[r - r0], n_embd) + (a.up_bias ? a.up_bias[e * n_ff + r] : 0.0f);
-          g = std::min(g, a.limit);
-          u = std::clamp(u, -a.limit, a.limit);
-          act[r] = g / (1.0f + std::exp(-a.alpha * g)) * (u + 1.0f);
+          act[r] = oai_swiglu(g, u, a.alpha, a.limit);
         }
       }
     });
@@ -524,9 +523,7 @@ class CpuBackend final : public Backend {
         const int64_t s = order[i];
         float* act = act_.data() + s * n_ff;
         for (int64_t r = r0; r < r1; ++r) {
-          const float g = std::min(gp[i][r], a.limit);
-          const float u = std::clamp(up[i][r], -a.limit, a.limit);
-          act[r] = g / (1.0f + std::exp(-a.alpha * g)) * (u + 1.0f);
+          act[r] = oai_swiglu(gp[i][r], up[i][r], a.alpha, a.limit);
         }
       }
     });

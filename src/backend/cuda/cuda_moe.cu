@@ -7,6 +7,7 @@
 //    the token (down row . act + bias) and writes the router-weighted sum, in j order.
 // Only the selected experts' rows are read: for decode that is k/n_expert of the tensor.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/oai_swiglu.h"
 
 namespace brass::backend::cuda {
 namespace {
@@ -37,9 +38,7 @@ __global__ void __launch_bounds__(256) moe_gate_up_kernel(DevW gate, DevW up, co
   if (lane != 0) return;
   if (gb) gv += gb[e * n_ff + r];
   if (ub) uv += ub[e * n_ff + r];
-  gv = fminf(gv, limit);
-  uv = fminf(fmaxf(uv, -limit), limit);
-  act[slot * n_ff + r] = gv / (1.0f + expf(-alpha * gv)) * (uv + 1.0f);
+  act[slot * n_ff + r] = oai_swiglu(gv, uv, alpha, limit);
 }
 
 template <int TYPE>

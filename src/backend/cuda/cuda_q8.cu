@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/oai_swiglu.h"
 
 namespace brass::backend::cuda {
 namespace {
@@ -86,9 +87,7 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q8x_kernel(DevW gate, De
     if (lane == 0) {
       if (gb) gv += gb[e * n_ff + r];
       if (ub) uv += ub[e * n_ff + r];
-      gv = fminf(gv, limit);
-      uv = fminf(fmaxf(uv, -limit), limit);
-      grp[i] = gv / (1.0f + expf(-alpha * gv)) * (uv + 1.0f);
+      grp[i] = oai_swiglu(gv, uv, alpha, limit);
     }
   }
   __syncthreads();
