@@ -103,8 +103,23 @@ Json usage_json(const runtime::Usage& u) {
 // Tokens of `text` with special spellings as specials.
 std::vector<int32_t> specials_text(const tok::Tokenizer& tk, const std::string& text) { return tk.encode(text, true); }
 
+std::string finish_name(const Event& ev, bool stopped_by_string, bool tool_calls, int32_t tok_call) {
+  if (stopped_by_string) return "stop";
+  switch (ev.finish) {
+    case runtime::FinishReason::kStop: return tool_calls && ev.token == tok_call ? "tool_calls" : "stop";
+    case runtime::FinishReason::kLength: return "length";
+    case runtime::FinishReason::kCancelled: return "stop";
+    case runtime::FinishReason::kError: return "error";
+  }
+  return "stop";
+}
+
+}  // namespace
+
+// ---- shared by every generating endpoint (declared in server_impl.h)
+
 // Prompt length checks and the effective max_tokens.
-std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g, const char* param = "messages") {
+std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g, const char* param) {
   const int64_t n_ctx = s.engine->n_ctx();
   if (static_cast<int64_t>(n_prompt) >= n_ctx) {
     ApiError e = invalid_param(param, fmt::format("the prompt has {} tokens; this server's context is {} tokens "
@@ -129,7 +144,7 @@ runtime::Request make_request(std::vector<int32_t> prompt, const GenParams& g, s
 
 // tool_choice / response_format / test hook -> the constraint plan.
 ConstraintPlan plan_for(Server::Impl& s, const GenParams& g, ToolChoice tc, const std::string& tc_name,
-                        const std::vector<FunctionTool>& tools, ResponseFormat rf, const std::optional<Json>& schema = {}) {
+                        const std::vector<FunctionTool>& tools, ResponseFormat rf, const std::optional<Json>& schema) {
   const tok::Tokenizer& tk = *s.tokenizer;
   ConstraintPlan p;
   if (g.test_force) {
@@ -165,18 +180,6 @@ void attach_constraint(Server::Impl& s, runtime::Request& r, ConstraintPlan plan
   };
 }
 
-std::string finish_name(const Event& ev, bool stopped_by_string, bool tool_calls, int32_t tok_call) {
-  if (stopped_by_string) return "stop";
-  switch (ev.finish) {
-    case runtime::FinishReason::kStop: return tool_calls && ev.token == tok_call ? "tool_calls" : "stop";
-    case runtime::FinishReason::kLength: return "length";
-    case runtime::FinishReason::kCancelled: return "stop";
-    case runtime::FinishReason::kError: return "error";
-  }
-  return "stop";
-}
-
-}  // namespace
 
 // SSE on a chunked response; `body` runs once and writes through `write` (false: the
 // client is gone).

@@ -108,43 +108,10 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
   std::vector<int32_t> prompt;
   if (auto e = render_prompt(spec, &prompt, nullptr)) return send_error(res, *e);
   GenParams& g = rr->gen;
-  const int64_t n_ctx = engine->n_ctx();
-  if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
-    ApiError e = invalid_param("input", fmt::format("the input has {} tokens; the context is {} tokens", prompt.size(), n_ctx));
-    e.code = "context_length_exceeded";
-    return send_error(res, e);
-  }
-  const int64_t room = n_ctx - static_cast<int64_t>(prompt.size());
-  g.max_tokens = g.max_tokens < 0 ? room : std::min(g.max_tokens, room);
-
-  runtime::Request r;
-  r.prompt = std::move(prompt);
-  r.sampling = g.sampling;
-  r.max_tokens = g.max_tokens;
-  r.stop_tokens = chat_stop_tokens;
-  r.n = 1;
+  if (auto e = fit_context(*this, prompt.size(), g, "input")) return send_error(res, *e);
+  runtime::Request r = make_request(std::move(prompt), g, chat_stop_tokens);
   // Same constraint planning as chat (forced tool header for named/required, test hook).
-  ConstraintPlan plan;
-  if (g.test_force) {
-    plan.prefix_options.push_back(tokenizer->encode(*g.test_force, true));
-  } else if (rr->tool_choice == ToolChoice::kNamed || rr->tool_choice == ToolChoice::kRequired) {
-    for (const auto& t : rr->tools) {
-      if (rr->tool_choice == ToolChoice::kNamed && t.name != rr->tool_choice_name) continue;
-      plan.prefix_options.push_back(
-          tokenizer->encode("<|channel|>commentary to=functions." + t.name + " <|constrain|>json<|message|>", true));
-      plan.prefix_schemas.push_back(t.parameters ? std::make_shared<const Json>(*t.parameters) : nullptr);
-    }
-    plan.json = ConstraintPlan::JsonWhere::kAfterPrefix;
-    plan.json_end_tokens = {tok_call};
-  }
-  if (plan.active()) {
-    auto table = token_table;
-    const tok::Tokenizer* tk = tokenizer.get();
-    r.constraint = [table, tk, plan](int32_t) -> std::unique_ptr<runtime::LogitConstraint> {
-      auto c = HarmonyConstraint::create(table, *tk, plan);
-      return c ? std::move(*c) : nullptr;
-    };
-  }
+  attach_constraint(*this, r, plan_for(*this, g, rr->tool_choice, rr->tool_choice_name, rr->tools, ResponseFormat::kText));
   auto mapper_r = OutputMapper::create(*tokenizer, g.stop);
   if (!mapper_r) return send_error(res, invalid_param("", mapper_r.status().message()));
   std::shared_ptr<OutputMapper> mapper = std::move(*mapper_r);

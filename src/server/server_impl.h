@@ -79,4 +79,16 @@ class Server::Impl {
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
 };
 
+// Shared by every generating endpoint (generate.cpp).
+// Refuses a prompt that leaves no room in the context (400, code context_length_exceeded,
+// naming `param`); otherwise caps g.max_tokens to what is left.
+std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g, const char* param = "messages");
+runtime::Request make_request(std::vector<int32_t> prompt, const GenParams& g, std::vector<int32_t> stops);
+// What decoding must follow: the test hook's forced prefix, a forced tool-call header +
+// JSON arguments for tool_choice required/named, or JSON in the final channel for
+// response_format.
+ConstraintPlan plan_for(Server::Impl& s, const GenParams& g, ToolChoice tc, const std::string& tc_name,
+                        const std::vector<FunctionTool>& tools, ResponseFormat rf, const std::optional<Json>& schema = {});
+void attach_constraint(Server::Impl& s, runtime::Request& r, ConstraintPlan plan);
+
 }  // namespace brass::server
