@@ -20,23 +20,12 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/half.h"
 #include "quant/quant.h"
+#include "test_rng.h"
 
 namespace brass::backend {
 namespace {
 
-struct Rng {
-  uint32_t seed;
-  std::mt19937 gen;
-  Rng() : seed(std::random_device{}()), gen(seed) {}
-  float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
-  std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uni(lo, hi);
-    return v;
-  }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-};
-#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
+using testing::Rng;
 
 // A weight matrix stored as `type` plus its exact f32 expansion (the reference's view).
 struct TestWeight {

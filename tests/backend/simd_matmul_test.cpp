@@ -20,25 +20,14 @@
 #include "backend/cpu/simd_backend.h"
 #include "backend/cpu/simd_kernels.h"
 #include "quant/quant.h"
+#include "test_rng.h"
 
 namespace brass::backend {
 namespace {
 
 using cpu::KernelLevel;
 
-struct Rng {
-  uint32_t seed;
-  std::mt19937 gen;
-  Rng() : seed(std::random_device{}()), gen(seed) {}
-  float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
-  std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uni(lo, hi);
-    return v;
-  }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-};
-#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
+using testing::Rng;
 
 std::vector<KernelLevel> simd_levels() {
   std::vector<KernelLevel> v;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "../backend/test_rng.h"
 
 namespace brass::backend::testing {
 
@@ -29,19 +30,6 @@ inline std::unique_ptr<Backend> reference_backend() {
   return make_cpu_backend(2);
 }
 
-struct Rng {
-  uint32_t seed;
-  std::mt19937 gen;
-  Rng() : seed(std::random_device{}()), gen(seed) {}
-  float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
-  std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uni(lo, hi);
-    return v;
-  }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-};
-#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
 
 // A device buffer with typed host round trips.
 struct Dev {

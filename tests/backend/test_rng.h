@@ -1,0 +1,28 @@
+// Fresh random inputs for the backend tests (CPU ops, SIMD kernels, CUDA kernels): a
+// generator seeded from std::random_device whose seed SEED_TRACE prints on failure.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace brass::backend::testing {
+
+struct Rng {
+  uint32_t seed;
+  std::mt19937 gen;
+  Rng() : seed(std::random_device{}()), gen(seed) {}
+  float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
+  std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = uni(lo, hi);
+    return v;
+  }
+  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
+};
+
+}  // namespace brass::backend::testing
+
+#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
