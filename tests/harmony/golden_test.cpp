@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harmony/render.h"
+#include "golden_convos.h"
 #include "test_tokenizer.h"
 
 namespace brass::harmony {
@@ -33,42 +34,10 @@ std::string first_diff(const std::string& a, const std::string& b) {
     EXPECT_EQ(expected_, actual_) << name << ": " << first_diff(expected_, actual_); \
   } while (0)
 
-constexpr const char* kIdentity = "You are ChatGPT, a large language model trained by OpenAI.";
+using testing::kIdentity;
 
-TEST(HarmonyGolden, SimpleConvo) {
-  SystemContent sys;
-  sys.with_model_identity(kIdentity);
-  std::vector<Message> convo = {Message::from_role_and_content(Role::kSystem, sys),
-                                Message::from_role_and_content(Role::kUser, "What is 2 + 2?")};
-  EXPECT_GOLDEN("test_simple_convo.txt", render_completion_text(convo));
-}
-
-TEST(HarmonyGolden, SimpleConvoWithEffort) {
-  struct Case {
-    ReasoningEffort effort;
-    const char* file;
-    bool instruction;
-  } cases[] = {
-      {ReasoningEffort::kLow, "test_simple_convo_low_effort.txt", true},
-      {ReasoningEffort::kMedium, "test_simple_convo_medium_effort.txt", true},
-      {ReasoningEffort::kHigh, "test_simple_convo_high_effort.txt", true},
-      {ReasoningEffort::kLow, "test_simple_convo_low_effort_no_instruction.txt", false},
-      {ReasoningEffort::kMedium, "test_simple_convo_medium_effort_no_instruction.txt", false},
-      {ReasoningEffort::kHigh, "test_simple_convo_high_effort_no_instruction.txt", false},
-  };
-  for (const auto& c : cases) {
-    SystemContent sys;
-    sys.with_model_identity(kIdentity).with_reasoning_effort(c.effort);
-    std::vector<Message> convo = {Message::from_role_and_content(Role::kSystem, sys)};
-    if (c.instruction) {
-      DeveloperContent dev;
-      dev.with_instructions("Answer the user's questions like a robot.");
-      convo.push_back(Message::from_role_and_content(Role::kDeveloper, dev));
-    }
-    convo.push_back(Message::from_role_and_content(
-        Role::kUser, "What is the capital of the largest country in the world?"));
-    EXPECT_GOLDEN(c.file, render_completion_text(convo));
-  }
+TEST(HarmonyGolden, SharedConversations) {
+  for (const auto& c : testing::shared_golden_convos()) EXPECT_GOLDEN(c.file, render_completion_text(c.messages));
 }
 
 TEST(HarmonyGolden, ReasoningSystemMessages) {
@@ -93,17 +62,7 @@ TEST(HarmonyGolden, ReasoningSystemMessages) {
     EXPECT_GOLDEN("test_reasoning_system_message_no_instruction.txt",
                   render_completion_text(convo));
   }
-  {
-    SystemContent sys;
-    sys.with_model_identity(kIdentity)
-        .with_reasoning_effort(ReasoningEffort::kMedium)
-        .with_conversation_start_date("2021-01-01")
-        .with_knowledge_cutoff("2021-01")
-        .with_required_channels({"analysis", "final"});
-    std::vector<Message> convo = {Message::from_role_and_content(Role::kSystem, sys),
-                                  Message::from_role_and_content(Role::kUser, "What is 42 * pi?")};
-    EXPECT_GOLDEN("test_reasoning_system_message_with_dates.txt", render_completion_text(convo));
-  }
+  // test_reasoning_system_message_with_dates.txt: in SharedConversations.
 }
 
 TEST(HarmonyGolden, RenderFunctionsWithParameters) {
@@ -211,19 +170,7 @@ TEST(HarmonyGolden, AnalysisDropping) {
   keep.auto_drop_analysis = false;
   EXPECT_GOLDEN("test_preserve_cot.txt", render_completion_text(preserve, keep));
 
-  std::vector<Message> ongoing = {
-      Message::from_role_and_content(Role::kUser, "What is the weather in SF?"),
-      Message::from_role_and_content(
-          Role::kAssistant,
-          "User asks: \u201cWhat is the weather in SF?\u201d We need to use lookup_weather tool.")
-          .with_channel("analysis"),
-      Message::from_role_and_content(Role::kAssistant, "{\"location\": \"San Francisco\"}")
-          .with_channel("commentary")
-          .with_recipient("functions.lookup_weather")
-          .with_content_type("<|constrain|>json"),
-      Message::from_author_and_content(Author{Role::kTool, "functions.lookup_weather"},
-                                       "{\"temperature\": 20, \"description\": \"sunny\"}")};
-  EXPECT_GOLDEN("test_does_not_drop_if_ongoing_analysis.txt", render_completion_text(ongoing));
+  // test_does_not_drop_if_ongoing_analysis.txt: in SharedConversations.
 
   std::vector<Message> between = {
       Message::from_role_and_content(Role::kUser, "What is 2 + 2?"),

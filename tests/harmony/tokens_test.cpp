@@ -7,6 +7,7 @@
 
 #include "harmony/parser.h"
 #include "harmony/render.h"
+#include "golden_convos.h"
 #include "test_tokenizer.h"
 
 #ifdef BRASS_HARMONY_HAVE_TOKENIZER
@@ -26,8 +27,6 @@ const tok::Tokenizer* real_tokenizer() {
   const tok::Tokenizer* tk = real_tokenizer();                                       \
   if (!tk) GTEST_SKIP() << "o200k rank file not loadable: " << testing::o200k_rank_file()
 
-constexpr const char* kIdentity = "You are ChatGPT, a large language model trained by OpenAI.";
-
 void expect_tokens_match_golden(const tok::Tokenizer& tk, const std::vector<Message>& convo,
                                 const char* golden) {
   auto tokens = render_prompt_tokens(convo, tk);
@@ -38,64 +37,7 @@ void expect_tokens_match_golden(const tok::Tokenizer& tk, const std::vector<Mess
 
 TEST(HarmonyTokens, PromptTokensEqualGoldenEncoding) {
   REQUIRE_TOKENIZER();
-  {
-    SystemContent sys;
-    sys.with_model_identity(kIdentity);
-    expect_tokens_match_golden(*tk, {Message::from_role_and_content(Role::kSystem, sys),
-                                     Message::from_role_and_content(Role::kUser, "What is 2 + 2?")},
-                               "test_simple_convo.txt");
-  }
-  struct Case {
-    ReasoningEffort effort;
-    const char* file;
-    bool instruction;
-  } cases[] = {
-      {ReasoningEffort::kLow, "test_simple_convo_low_effort.txt", true},
-      {ReasoningEffort::kMedium, "test_simple_convo_medium_effort.txt", true},
-      {ReasoningEffort::kHigh, "test_simple_convo_high_effort.txt", true},
-      {ReasoningEffort::kLow, "test_simple_convo_low_effort_no_instruction.txt", false},
-      {ReasoningEffort::kMedium, "test_simple_convo_medium_effort_no_instruction.txt", false},
-      {ReasoningEffort::kHigh, "test_simple_convo_high_effort_no_instruction.txt", false},
-  };
-  for (const auto& c : cases) {
-    SystemContent sys;
-    sys.with_model_identity(kIdentity).with_reasoning_effort(c.effort);
-    std::vector<Message> convo = {Message::from_role_and_content(Role::kSystem, sys)};
-    if (c.instruction) {
-      convo.push_back(Message::from_role_and_content(
-          Role::kDeveloper, DeveloperContent().with_instructions("Answer the user's questions like a robot.")));
-    }
-    convo.push_back(Message::from_role_and_content(
-        Role::kUser, "What is the capital of the largest country in the world?"));
-    expect_tokens_match_golden(*tk, convo, c.file);
-  }
-  {
-    SystemContent sys;
-    sys.with_model_identity(kIdentity)
-        .with_reasoning_effort(ReasoningEffort::kMedium)
-        .with_conversation_start_date("2021-01-01")
-        .with_knowledge_cutoff("2021-01")
-        .with_required_channels({"analysis", "final"});
-    expect_tokens_match_golden(*tk, {Message::from_role_and_content(Role::kSystem, sys),
-                                     Message::from_role_and_content(Role::kUser, "What is 42 * pi?")},
-                               "test_reasoning_system_message_with_dates.txt");
-  }
-  {
-    // harmony: "ensure that <|constrain|>json part is tokenized correctly as special tokens".
-    std::vector<Message> convo = {
-        Message::from_role_and_content(Role::kUser, "What is the weather in SF?"),
-        Message::from_role_and_content(
-            Role::kAssistant,
-            "User asks: \u201cWhat is the weather in SF?\u201d We need to use lookup_weather tool.")
-            .with_channel("analysis"),
-        Message::from_role_and_content(Role::kAssistant, "{\"location\": \"San Francisco\"}")
-            .with_channel("commentary")
-            .with_recipient("functions.lookup_weather")
-            .with_content_type("<|constrain|>json"),
-        Message::from_author_and_content(Author{Role::kTool, "functions.lookup_weather"},
-                                         "{\"temperature\": 20, \"description\": \"sunny\"}")};
-    expect_tokens_match_golden(*tk, convo, "test_does_not_drop_if_ongoing_analysis.txt");
-  }
+  for (const auto& c : testing::shared_golden_convos()) expect_tokens_match_golden(*tk, c.messages, c.file.c_str());
 }
 
 TEST(HarmonyTokens, ParseGoldenTokenListsWithRealTokenizer) {
