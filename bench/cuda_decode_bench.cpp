@@ -171,12 +171,126 @@ void op_costs(model::Model& m) {
   }
 }
 
+// FLOPs of one prefill token (multiply-adds x 2): the q/k/v/o projections, the router,
+// k experts' gate/up/down, and attention scores + values at average context `ctx` per
+// layer (full layers: ctx, sliding: min(ctx, n_swa)). The output head runs for the last
+// token only and is left out.
+double prefill_flops_per_token(const model::Model& m, double ctx_full, double ctx_swa) {
+  const auto& c = m.config();
+  double f = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    f += 2.0 * c.n_embd * (c.q_dim() + 2 * c.kv_dim()) + 2.0 * c.q_dim() * c.n_embd + 2.0 * c.n_embd * c.n_expert;
+    f += 2.0 * c.n_expert_used * 3.0 * c.n_embd * c.n_ff;
+    f += 4.0 * c.q_dim() * (c.is_swa_layer(il) ? ctx_swa : ctx_full);
+  }
+  return f;
+}
+
+// pp<N> rows: best of 3 prefills of N tokens in one forward call; %peak against
+// --tc-peak TFLOP/s (default 989: the H100/H200 SXM dense bf16 tensor-core spec value).
+void prefill_rows(model::Model& m, const std::vector<int64_t>& sizes, double tc_peak) {
+  const auto& c = m.config();
+  std::printf("%-10s %10s %9s %9s %12s %9s\n", "test", "tok/s", "ms", "TFLOP/s", "GFLOP/tok", "%peak");
+  int32_t seq = 100;
+  for (int64_t n : sizes) {
+    std::vector<int32_t> toks(n);
+    for (int64_t i = 0; i < n; ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      if (!m.add_sequence(seq).is_ok()) return;
+      model::ForwardOutput out;
+      model::SeqChunk ch{.seq_id = seq, .tokens = toks, .pos0 = 0};
+      m.backend().synchronize();
+      const double t0 = now();
+      if (Status st = m.forward(std::span(&ch, 1), out); !st.is_ok()) {
+        std::fprintf(stderr, "pp%lld: %s\n", (long long)n, st.message().c_str());
+        return;
+      }
+      m.backend().synchronize();
+      best = std::min(best, now() - t0);
+      (void)m.remove_sequence(seq);
+      ++seq;
+    }
+    const double fl = prefill_flops_per_token(m, n / 2.0, std::min<double>(n / 2.0, c.n_swa));
+    const double tfs = fl * n / best / 1e12;
+    char name[32];
+    std::snprintf(name, sizeof name, "pp%lld", (long long)n);
+    std::printf("%-10s %10.0f %9.2f %9.1f %12.2f %8.1f%%\n", name, n / best, best * 1e3, tfs, fl / 1e9,
+                100.0 * tfs / tc_peak);
+  }
+}
+
+// Per-op cost at n_tok tokens (one full-attention layer's ops, eager, wall clock around
+// synchronize; the first run of each op is a warm-up): where a prefill's time goes.
+void prefill_op_costs(model::Model& m, int64_t n) {
+  backend::Backend& be = m.backend();
+  const auto& c = m.config();
+  const auto& L = m.weights().layers[1];
+  auto buf = [&](size_t bytes) { return std::move(be.alloc(bytes)).value(); };
+  auto x = buf(n * c.n_embd * 4), xn = buf(n * c.n_embd * 4), q = buf(n * c.q_dim() * 4), k = buf(n * c.kv_dim() * 4),
+       v = buf(n * c.kv_dim() * 4), attn = buf(n * c.q_dim() * 4), proj = buf(n * c.n_embd * 4),
+       rlog = buf(n * c.n_expert * 4), rids = buf(n * c.n_expert_used * 4), rw = buf(n * c.n_expert_used * 4),
+       pos = buf(n * 4), kc = buf(n * c.kv_dim() * 2), vc = buf(n * c.kv_dim() * 2), invf = buf(c.head_dim * 2);
+  std::vector<float> h(n * std::max(c.n_embd, c.q_dim()));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = 0.01f * static_cast<float>((i * 2654435761u) % 200) - 1.0f;
+  be.upload(x->data(), h.data(), n * c.n_embd * 4);
+  be.upload(xn->data(), h.data(), n * c.n_embd * 4);
+  be.upload(attn->data(), h.data(), n * c.q_dim() * 4);
+  be.upload(rlog->data(), h.data(), n * c.n_expert * 4);
+  be.upload(invf->data(), m.rope().inv_freq.data(), c.head_dim / 2 * 4);
+  std::vector<int32_t> p(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(i);
+  be.upload(pos->data(), p.data(), n * 4);
+  backend::AttnSeq seq{.tok0 = 0, .n_tok = n, .pos0 = 0, .k = kc->data(), .v = vc->data(),
+                       .capacity = static_cast<int32_t>(n), .ring = false};
+  auto qkv = [&] {
+    be.attn_qkv({.x = xn->as<float>(), .wq = L.wq, .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv,
+                 .q = q->as<float>(), .k = k->as<float>(), .v = v->as<float>(), .pos = pos->as<int32_t>(),
+                 .inv_freq = invf->as<float>(), .mscale = 1.0f, .n_tok = n, .n_head = c.n_head,
+                 .n_head_kv = c.n_head_kv, .head_dim = c.head_dim, .kv_type = DType::F16, .seqs = std::span(&seq, 1)});
+  };
+  auto att = [&](int32_t window) {
+    be.attention({.q = q->as<float>(), .sinks = L.sinks, .out = attn->as<float>(), .kv_type = DType::F16,
+                  .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim, .window = window,
+                  .scale = 0.125f, .seqs = std::span(&seq, 1), .pos = pos->as<int32_t>()});
+  };
+  struct Op { const char* name; double per_layer; std::function<void()> f; };
+  const Op ops[] = {
+      {"attn_qkv", 1, qkv},
+      {"attention full", 0.5, [&] { att(0); }},
+      {"attention swa128", 0.5, [&] { att(static_cast<int32_t>(c.n_swa)); }},
+      {"matmul wo", 1, [&] { be.matmul({.w = L.wo, .bias = L.bo, .x = attn->as<float>(), .y = proj->as<float>(), .n_tok = n}); }},
+      {"add_rms_norm", 2, [&] { be.add_rms_norm({.y = x->as<float>(), .x = proj->as<float>(), .weight = L.attn_norm, .out = xn->as<float>(), .n_rows = n, .n = c.n_embd, .eps = 1e-5f}); }},
+      {"matmul router", 1, [&] { be.matmul({.w = L.router, .bias = L.router_b, .x = xn->as<float>(), .y = rlog->as<float>(), .n_tok = n}); }},
+      {"router top-4", 1, [&] { be.router({.logits = rlog->as<float>(), .ids = rids->as<int32_t>(), .weights = rw->as<float>(), .n_tok = n, .n_expert = c.n_expert, .k = c.n_expert_used}); }},
+      {"moe", 1, [&] {
+         be.moe({.x = xn->as<float>(), .ids = rids->as<int32_t>(), .weights = rw->as<float>(), .gate = L.gate_exps, .up = L.up_exps, .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b, .out = proj->as<float>(), .n_tok = n, .k = c.n_expert_used}); }},
+  };
+  std::printf("prefill ops at %lld tokens (eager, one full-attention layer's ops)\n", (long long)n);
+  std::printf("%-20s %10s %12s\n", "op", "ms", "ms/forward");
+  double total = 0;
+  for (const Op& op : ops) {
+    op.f();
+    be.synchronize();
+    const double t0 = now();
+    for (int r = 0; r < 3; ++r) op.f();
+    be.synchronize();
+    const double ms = (now() - t0) * 1e3 / 3;
+    total += ms * op.per_layer * c.n_layer;
+    std::printf("%-20s %10.3f %12.2f\n", op.name, ms, ms * op.per_layer * c.n_layer);
+  }
+  std::printf("%-20s %10s %12.2f  (%.0f tok/s if nothing else ran)\n", "sum", "", total, n / (total * 1e-3));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string path, synth;
   int64_t n_gen = 128, depth = 4096, n_ctx = 8192;
   bool graphs = true, ops = false;
+  std::vector<int64_t> pp;
+  int64_t pp_ops = 0;
+  double tc_peak = 989.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -187,8 +301,11 @@ int main(int argc, char** argv) {
     else if (a == "--n-ctx") n_ctx = std::atoll(next().c_str());
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ops") ops = true;
+    else if (a == "--pp") { std::string l = next(); for (size_t p0 = 0; p0 < l.size();) { size_t e = l.find(',', p0); if (e == std::string::npos) e = l.size(); pp.push_back(std::atoll(l.substr(p0, e - p0).c_str())); p0 = e + 1; } }
+    else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
+    else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS]\n");
       return 2;
     }
   }
@@ -213,7 +330,10 @@ int main(int argc, char** argv) {
   if (!reader.is_ok()) { std::fprintf(stderr, "%s\n", reader.status().message().c_str()); return 1; }
   model::ModelOptions o;
   o.kv_type = DType::F16;
-  o.n_ctx = n_ctx;
+  int64_t max_pp = pp_ops;
+  for (int64_t v : pp) max_pp = std::max(max_pp, v);
+  o.n_ctx = std::max(n_ctx, max_pp + 16);
+  o.max_chunk_tokens = std::max<int64_t>(512, max_pp);  // one forward call per prefill row
   o.use_graphs = graphs;
   auto be = backend::make_cuda_backend();
   if (!be.is_ok()) { std::fprintf(stderr, "%s\n", be.status().message().c_str()); return 1; }
@@ -226,6 +346,9 @@ int main(int argc, char** argv) {
               now() - t_load, up.bytes / 1e9, up.seconds, up.bytes / 1e9 / std::max(up.seconds, 1e-9));
 
   if (ops) op_costs(m);
+  if (pp_ops > 0) prefill_op_costs(m, pp_ops);
+  if (!pp.empty()) prefill_rows(m, pp, tc_peak);
+  if (n_gen <= 0) return 0;
   const double wb = weight_bytes_per_token(m);
   std::printf("weights read per token: %.3f GB\n", wb / 1e9);
   std::printf("%-22s %9s %9s %10s %9s %8s\n", "test", "tok/s", "ms/tok", "GB/tok", "GB/s", "%floor");

@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|ncu]...   (default: all but ncu)
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|ncu]...   (default: build test memcheck bench)
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -43,6 +43,9 @@ for s in $STAGES; do
     bench)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       timeout 300 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 4096 ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" ;;
+    prefill)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      timeout 300 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --pp ${PP:-512,2048,8192} --pp-ops ${PP_OPS:-2048} 2>&1 | tee "$OUT/prefill.log" ;;
     eager)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 0 --no-graphs 2>&1 | tee "$OUT/eager.log" | grep -E "tg128|tok/s" ;;

@@ -47,7 +47,7 @@ int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max
 
 // q8x: int8 activations on the GPU; the reference stays f32, so logits agree only to
 // the activation quantization error (tol relative to the largest logit).
-void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false) {
+void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false, int n_prompt = 21, int64_t chunk = 16) {
   backend::testing::Rng rng;
   SEED_TRACE(rng);
   TempFile file("cuda_model");
@@ -55,11 +55,11 @@ void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false) {
   ModelOptions o;
   o.kv_type = kv;
   o.n_ctx = 256;
-  o.max_chunk_tokens = 16;
+  o.max_chunk_tokens = chunk;
   auto cpu = load(file.path, o, false), gpu = load(file.path, o, true, q8x);
   ASSERT_TRUE(cpu && gpu);
   const int64_t V = spec.n_vocab;
-  std::vector<int32_t> prompt(21);
+  std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
   for (Model* m : {cpu.get(), gpu.get()}) ASSERT_TRUE(m->add_sequence(0).is_ok());
   ForwardOutput oc, og;
@@ -140,6 +140,13 @@ TEST(CudaModel, MatchesReferenceF16CacheGptOssHeadDim) {
 TEST(CudaModel, Int8ActivationsStayCloseToReference) {
   BRASS_REQUIRE_CUDA();
   run_case(DType::F16, TinySpec{}, 0.05, true);
+}
+
+// A 200-token prompt in one chunk: the dense matmuls and the MoE go through the
+// tensor-core (cuBLAS, 16-bit operands) paths; decode then continues on the int8 kernels.
+TEST(CudaModel, TensorCorePrefillStaysCloseToReference) {
+  BRASS_REQUIRE_CUDA();
+  run_case(DType::F16, TinySpec{}, 0.05, true, 200, 256);
 }
 
 TEST(CudaModel, UnsupportedWeightTypeIsRefused) {

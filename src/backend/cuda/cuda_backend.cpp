@@ -15,6 +15,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_scratch.h"
+#include "backend/cuda/cuda_tc.h"
 
 namespace brass::backend {
 namespace {
@@ -82,31 +84,9 @@ class CudaGraph final : public Graph {
   cudaStream_t st_;
 };
 
-// A device scratch area that only grows; old areas stay alive (see the file comment).
-struct Scratch {
-  std::vector<void*> all;
-  void* cur = nullptr;
-  size_t bytes = 0;
-  void* get(size_t need) {
-    if (need > bytes) {
-      void* p = nullptr;
-      const size_t n = std::max(need, bytes * 2);
-      BRASS_CUDA_CHECK(cudaMalloc(&p, n));
-      BRASS_CUDA_CHECK(cudaMemset(p, 0, n));
-      all.push_back(p);
-      cur = p;
-      bytes = n;
-    }
-    return cur;
-  }
-  ~Scratch() {
-    for (void* p : all) cudaFree(p);
-  }
-};
-
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool q8x) : device_(device), q8x_(q8x) {
+  CudaBackend(int device, bool q8x, const TcOptions* tc) : device_(device), q8x_(q8x) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     cudaDeviceProp prop{};
@@ -114,8 +94,10 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)");
     const char* pdl = std::getenv("BRASS_CUDA_PDL");  // 0: plain launches (no overlap)
     set_pdl(!(pdl && std::string(pdl) == "0"));
+    if (tc) tc_ = std::make_unique<TensorCores>(st_, *tc);
   }
   ~CudaBackend() override {
+    tc_.reset();  // before the stream goes
     cudaStreamSynchronize(st_);
     for (void* p : weights_) cudaFree(p);
     for (void* p : pinned_) cudaFreeHost(p);
@@ -181,6 +163,7 @@ class CudaBackend final : public Backend {
   }
   void matmul(const MatmulArgs& a) override {
     const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
+    if (tc_ && tc_->matmul(p)) return;
     if (q8x_ && q8x_supported(p.w))
       launch_matmul_q8x(p, st_);
     else
@@ -206,6 +189,7 @@ class CudaBackend final : public Backend {
     float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
     const MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
                  a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+    if (tc_ && tc_->moe(p)) return;
     if (q8x_ && moe_q8x_supported(p))
       launch_moe_q8x(p, act, st_);
     else
@@ -281,6 +265,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
   Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_;
+  std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   int64_t upload_bytes_ = 0;
   double upload_seconds_ = 0.0;
 };
@@ -308,7 +293,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
     return Status::errorf("cuda backend: device {} does not exist ({} found)", o.device, n);
   const char* exact = std::getenv("BRASS_CUDA_EXACT");
   const bool q8x = o.int8_activations && !(exact && std::string(exact) == "1");
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x));
+  const char* tc_env = std::getenv("BRASS_CUDA_TC");
+  const bool tc_on = q8x && o.tensor_cores && !(tc_env && std::string(tc_env) == "0");
+  TcOptions tc{.enabled = true, .min_tok_dense = o.tc_min_tok_dense, .min_slots_per_expert = o.tc_min_slots_per_expert};
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

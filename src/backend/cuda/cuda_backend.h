@@ -26,6 +26,13 @@ struct CudaBackendOptions {
   // activations, results equal the reference op to f32 rounding. The environment
   // variable BRASS_CUDA_EXACT=1 forces false.
   bool int8_activations = true;
+  // Many-token batches (prefill) on tensor cores: cuBLAS GEMMs on 16-bit operands after
+  // on-the-fly dequantization (cuda_tc.h): dense matmuls from min_tok_dense tokens, the
+  // MoE from min_slots_per_expert slots per expert on average. Only with
+  // int8_activations (the exact mode stays f32); BRASS_CUDA_TC=0 turns it off.
+  bool tensor_cores = true;
+  int64_t tc_min_tok_dense = 32;
+  int64_t tc_min_slots_per_expert = 16;
 };
 
 // A CUDA backend. Fails when no device is usable.

@@ -131,6 +131,32 @@ void launch_matmul_q8x(const MatmulP& a, cudaStream_t st);
 bool moe_q8x_supported(const MoeP& a);
 void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st);
 
+// ---- cuda_gemm.cu (device side of the tensor-core paths, cuda_tc.cpp) ----
+// Dequantize the matrices [e0, e1) of w (Q8_0 -> f16, MXFP4 -> bf16) into dst: matrix e's
+// row r lands at row (e - e0) * dst_stride + dst_off + r (rows of n_in elements); mask
+// (n_matrices, may be null): skip matrices whose entry is 0.
+void launch_dequant_half(const DevW& w, void* dst, int64_t dst_stride, int64_t dst_off, const int32_t* mask,
+                         int64_t e0, int64_t e1, cudaStream_t st);
+// dst (n_rows, n) 16-bit (bf16 or f16) = x rows; row i reads x row rows[i] / div (rows
+// may be null: row i).
+void launch_to_half(const float* x, const int32_t* rows, int div, void* dst, bool bf16, int64_t n_rows, int64_t n,
+                    cudaStream_t st);
+void launch_bias_add(float* y, const float* bias, int64_t n_rows, int64_t n, cudaStream_t st);  // y[t] += bias
+struct MoeGroupBufs {
+  int32_t* counts;   // (n_expert) slots per expert
+  int32_t* offsets;  // (n_expert + 1) first sorted position of each expert
+  int32_t* perm;     // (n_slots) sorted position -> slot (t * k + j)
+  int32_t* inv;      // (n_slots) slot -> sorted position
+  int32_t* eid;      // (n_slots) sorted position -> expert
+};
+void launch_moe_group(const int32_t* ids, int64_t n_slots, int n_expert, MoeGroupBufs b, cudaStream_t st);
+// act (n_rows, n_ff) 16-bit = OAI SwiGLU of h (n_rows, 2 n_ff: gate | up) + biases of eid[row].
+void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, const float* ub, void* act, bool bf16,
+                       int64_t n_rows, int64_t n_ff, float alpha, float limit, cudaStream_t st);
+// out (n_tok, n_embd) = sum_j wts[t, j] * (o[inv[t k + j]] + db[ids[t k + j]]).
+void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
+                        float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st);
+
 // ---- cuda_moe.cu ----
 void launch_moe(const MoeP& a, float* act, cudaStream_t st);  // act: n_tok * k * n_ff floats
 

