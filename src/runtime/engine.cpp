@@ -203,7 +203,6 @@ class Engine::Impl {
   void remove_model_seq(int32_t id);
   void update_kv_metrics();
   void update_running_metrics();
-  bool can_truncate(int64_t length, int64_t n) const;
   int32_t alloc_seq_id();
 
   // Engine thread only.
@@ -377,14 +376,6 @@ void Engine::Impl::admit() {
   update_kv_metrics();
 }
 
-bool Engine::Impl::can_truncate(int64_t length, int64_t n) const {
-  // Mirrors KvCache::truncate: the ring of a sliding layer holds positions
-  // [length - ring_capacity, length); the next query at n needs [n - n_swa + 1, n).
-  const int64_t ring = model->kv_cache().ring_capacity();
-  const int64_t n_swa = model->config().n_swa;
-  return n == 0 || std::max<int64_t>(0, n - n_swa + 1) >= std::max<int64_t>(0, length - ring);
-}
-
 int32_t Engine::Impl::alloc_seq_id() {
   for (;;) {
     const int32_t id = next_seq_id;
@@ -412,7 +403,10 @@ void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t in
   int64_t reuse = 0;
   bool have_seq = false;
   if (opt.prefix_cache_seqs > 0) {
-    auto m = cache.match(s->tokens, [&](int64_t len, int64_t n) { return can_truncate(len, n); });
+    // The KV cache's own rule (rings + window snapshots): truncate() accepts exactly these cuts.
+    auto m = cache.match(s->tokens, [&](const PrefixEntry& e, int64_t n) {
+      return model->kv_cache().usable_cut(e.seq_id, n);
+    });
     if (m) {
       cache.take(m->seq_id);
       Status st = m->reuse < m->length ? model->truncate_sequence(m->seq_id, m->reuse) : Status::ok();
@@ -493,8 +487,16 @@ void Engine::Impl::step() {
     s.computed += plan[i].n_tokens;
     if (prompt_part > 0) {
       s.req->usage.prompt_tokens_computed += prompt_part;
-      std::lock_guard ml(metrics_mu);
-      metrics.prompt_tokens_computed_total += static_cast<uint64_t>(prompt_part);
+      {
+        std::lock_guard ml(metrics_mu);
+        metrics.prompt_tokens_computed_total += static_cast<uint64_t>(prompt_part);
+      }
+      // The end of a prompt is where the next turn of a conversation most likely cuts
+      // back to (the completion's analysis is dropped): keep the sliding window there.
+      if (s.computed == s.n_prompt && opt.prefix_cache_seqs > 0) {
+        Status sn = model->kv_cache().snapshot_window(s.seq_id);
+        if (!sn) BRASS_LOG_WARN("engine: window snapshot: {}", sn.message());
+      }
     }
     if (plan[i].completes && !s.req->cancelled) sample(s, out.row(i));
   }

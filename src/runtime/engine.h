@@ -13,19 +13,27 @@
 // up to `parallel` running sequences) and leave (finished, cancelled) between steps.
 //
 // Prefix reuse (prefix_cache.h): a finished sequence's KV stays in the model as a cache
-// entry (LRU, bounded by prefix_cache_seqs and prefix_cache_bytes). A new sequence takes
-// the entry with the longest common token prefix that the KV cache can truncate to
-// (full-attention layers: any length; sliding layers: while their ring still holds the
-// window before the cut, i.e. at most max_chunk_tokens behind the entry's end) and
-// computes only the tokens after it. An agent loop that resends prompt + completion +
-// new turn therefore computes only the new turn (Usage::prompt_tokens_computed).
+// entry (LRU, bounded by prefix_cache_seqs and prefix_cache_bytes, window snapshots
+// included). A new sequence takes the entry with the longest common token prefix that
+// the KV cache can truncate to (model::KvCache::usable_cut, the one rule: full-attention
+// layers: any length; sliding layers: while their ring still holds the window before
+// the cut, or at a length where a window snapshot was taken) and computes only the
+// tokens after it. The engine snapshots the sliding window at the end of every prompt
+// (~3 MB for the 20b model in f16), so both agent-loop shapes compute only the new turn
+// (Usage::prompt_tokens_computed): prompt + whole completion + new turn (the cut is at
+// the entry's end) and prompt + final answer only + new turn (Harmony drops the
+// analysis: the cut is at the end of the previous prompt, however long the completion).
+// Exact: the restored window holds the very K/V bytes the uncut run stored.
 //
 // n > 1: the n completions are n sequences (seed + i for completion i); each reads the
 // prompt (the later ones usually reuse nothing: entries are taken, not shared).
 //
-// Not done (yet): re-prefilling only the sliding layers' last window to resume from a
-// cut further back than the ring holds (a cached sequence is then simply not reused),
-// and sharing one prompt prefill between the n completions (needs a KV copy).
+// Not done (yet): resuming at a cut that is neither in the ring nor at a snapshot (the
+// entry is then reused up to its latest snapshot before the cut, or not at all).
+// Recomputing only the last window there would NOT be exact: a sliding layer's K/V
+// depend on the previous layers' windows, a receptive field of about
+// n_sliding_layers * (n_swa - 1) tokens. Also not done: sharing one prompt prefill
+// between the n completions (needs a KV copy).
 #pragma once
 
 #include <chrono>

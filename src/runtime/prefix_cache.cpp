@@ -14,14 +14,15 @@ int64_t PrefixCache::common_prefix(std::span<const int32_t> a, std::span<const i
 }
 
 std::optional<PrefixMatch> PrefixCache::match(std::span<const int32_t> prompt,
-                                              const CanTruncate& can_truncate) const {
+                                              const UsableCut& usable_cut) const {
   std::optional<PrefixMatch> best;
   if (prompt.size() < 2) return best;
   for (const PrefixEntry& e : lru_) {
     const int64_t len = static_cast<int64_t>(e.tokens.size());
-    const int64_t n = std::min<int64_t>(common_prefix(prompt, e.tokens), static_cast<int64_t>(prompt.size()) - 1);
+    int64_t n = std::min<int64_t>(common_prefix(prompt, e.tokens), static_cast<int64_t>(prompt.size()) - 1);
     if (n <= 0 || (best && n <= best->reuse)) continue;
-    if (n < len && !can_truncate(len, n)) continue;
+    if (n < len) n = std::min(n, usable_cut(e, n));  // min: a rule that answers more is ignored
+    if (n <= 0 || (best && n <= best->reuse)) continue;
     best = PrefixMatch{e.seq_id, n, len};
   }
   return best;

@@ -5,12 +5,12 @@
 // match(): the entry sharing the longest usable token prefix with a new prompt. Usable:
 //   - at most prompt.size() - 1 tokens (the last prompt token is always recomputed: its
 //     logits give the first generated token);
-//   - the KV cache must be able to truncate the entry to that length: full-attention
-//     layers always can; sliding-window layers keep a ring of the last ring_capacity
-//     positions, so a cut at n needs positions [n - n_swa + 1, n) still in the ring
-//     (kv_cache.h). The caller passes that rule as `can_truncate(entry_length, n)`; a
-//     shorter cut never helps (it needs older positions), so an entry whose common
-//     prefix cannot be cut to is skipped (another entry may still match).
+//   - a cut the KV cache can truncate the entry to. The caller passes that rule as
+//     `usable_cut(entry, n)`: the longest cut <= n it can make (model::KvCache::usable_cut:
+//     any n while the sliding layers' rings still hold the window before it, else the
+//     latest window snapshot at or before n, e.g. the end of the entry's prompt). So an
+//     agent loop whose next prompt drops the previous completion (Harmony drops the
+//     analysis) still reuses everything up to the end of the previous prompt.
 // take() removes the chosen entry (its sequence now belongs to the new request: entries
 // are moved, not shared). evict() drops least-recently-used entries beyond the budgets.
 #pragma once
@@ -38,10 +38,11 @@ struct PrefixMatch {
 
 class PrefixCache {
  public:
-  using CanTruncate = std::function<bool(int64_t length, int64_t n)>;
+  // The longest cut m <= n (n < the entry's length) the entry can be truncated to; 0: none.
+  using UsableCut = std::function<int64_t(const PrefixEntry& e, int64_t n)>;
 
-  // Longest usable common prefix > 0 over all entries (ties: most recent), or nothing.
-  std::optional<PrefixMatch> match(std::span<const int32_t> prompt, const CanTruncate& can_truncate) const;
+  // Longest usable prefix > 0 over all entries (ties: most recent), or nothing.
+  std::optional<PrefixMatch> match(std::span<const int32_t> prompt, const UsableCut& usable_cut) const;
   // Remove the entry of seq_id and return it (nullopt if absent).
   std::optional<PrefixEntry> take(int32_t seq_id);
   // Insert as most recently used.

@@ -110,6 +110,7 @@ RefRun reference(Model& m, const std::vector<int32_t>& prompt, int n_gen, const 
 struct Outcome {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> logprobs;
+  std::vector<std::vector<std::vector<TokenLogprob>>> top;  // per completion, per token
   std::vector<FinishReason> finish;
   std::vector<int32_t> stop_token;
   Usage usage;
@@ -122,6 +123,7 @@ Outcome collect(RequestHandle& h, int n) {
   Outcome o;
   o.tokens.resize(n);
   o.logprobs.resize(n);
+  o.top.resize(n);
   o.finish.assign(n, FinishReason::kError);
   o.stop_token.assign(n, -2);
   Event ev;
@@ -130,6 +132,7 @@ Outcome collect(RequestHandle& h, int n) {
       EXPECT_FALSE(o.done);
       o.tokens.at(ev.index).push_back(ev.token);
       o.logprobs.at(ev.index).push_back(ev.logprob);
+      o.top.at(ev.index).push_back(ev.top);
     } else if (ev.kind == Event::Kind::kFinish) {
       o.finish.at(ev.index) = ev.finish;
       o.stop_token.at(ev.index) = ev.token;
@@ -529,25 +532,101 @@ TEST(Engine, PrefixReuseComputesOnlyTheNewTokens) {
   EXPECT_EQ(o3.usage.cached_prompt_tokens, cut);
   expect_same_greedy(o3.tokens[0], reference(*ref_model, p3, 6), "turn 3 (truncated)");
 
-  // A prompt that leaves the cached sequence 20 tokens before its end: the sliding
-  // rings no longer hold that window: no reuse, and still the right tokens.
+  // A prompt that leaves the cached sequence 14 tokens before its end: the sliding
+  // rings no longer hold that window, and no window snapshot was taken there (they sit
+  // at the ends of the three prompts: 30, 46, 52): the sequence is reused up to the
+  // latest snapshot before the cut, the end of turn 1's prompt.
   ASSERT_TRUE(e->wait_idle());
   std::vector<int32_t> p4(p3.begin(), p3.begin() + static_cast<int64_t>(p3.size()) - 14);
+  ASSERT_GT(static_cast<int64_t>(p4.size()), static_cast<int64_t>(p1.size()));
+  ASSERT_LT(static_cast<int64_t>(p4.size()), static_cast<int64_t>(p2.size()));
   p4.push_back((p3[p4.size()] + 1) % kVocab);
   s = e->submit(greedy_request(p4, 6));
   ASSERT_TRUE(s.ok());
   const Outcome o4 = collect(*s.handle, 1);
-  EXPECT_EQ(o4.usage.cached_prompt_tokens, 0);
-  expect_same_greedy(o4.tokens[0], reference(*ref_model, p4, 6), "no reuse past the ring");
+  EXPECT_EQ(o4.usage.cached_prompt_tokens, static_cast<int64_t>(p1.size()));
+  expect_same_greedy(o4.tokens[0], reference(*ref_model, p4, 6), "past the ring: back to a snapshot");
 
   ASSERT_TRUE(e->wait_idle());
   const MetricsSnapshot m = e->metrics();
-  EXPECT_EQ(m.prefix_cache_hits_total, 2u);
-  EXPECT_EQ(m.prefix_cache_reused_tokens_total, static_cast<uint64_t>(39 + cut));
+  EXPECT_EQ(m.prefix_cache_hits_total, 3u);
+  EXPECT_EQ(m.prefix_cache_reused_tokens_total, static_cast<uint64_t>(39 + cut + 30));
   EXPECT_GE(m.kv_cached_seqs, 1);
   e->clear_prefix_cache();
   EXPECT_EQ(e->metrics().kv_bytes, 0);
   EXPECT_EQ(e->metrics().kv_cached_seqs, 0);
+}
+
+// The agent loop of a Harmony conversation: each turn's prompt is the previous prompt
+// + a short final answer (the long analysis the model wrote is dropped) + a new user
+// message. The common prefix with the cached sequence ends at the previous prompt's
+// end, 40 generated tokens before the entry's end, far past what the sliding rings hold
+// (n_swa 8 + max_chunk 4 - 1 = 11 slots): only the window snapshot the engine took at
+// the end of that prompt makes the reuse possible. Compared with an engine without a
+// prefix cache that computes every prompt whole: the same greedy tokens (near-tie rule
+// above) and the same logprobs within 1e-5 (different chunk boundaries: rows meet the
+// kernels in other batch shapes).
+TEST(Engine, AgentLoopDroppingTheCompletionReusesThePreviousPrompt) {
+  Fixture f;
+  FIX_TRACE(f);
+  EngineOptions eo;
+  eo.parallel = 1;
+  auto e = f.engine(eo, Fixture::mopts(/*max_chunk=*/4));
+  EngineOptions fresh_o = eo;
+  fresh_o.prefix_cache_seqs = 0;
+  auto fresh = f.engine(fresh_o, Fixture::mopts(/*max_chunk=*/4));
+  ASSERT_TRUE(e && fresh);
+  auto request = [](const std::vector<int32_t>& p) {
+    Request r = greedy_request(p, 40);
+    r.sampling.n_logprobs = 2;
+    return r;
+  };
+  std::vector<int32_t> prompt = f.tokens(25);
+  double max_diff = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    SCOPED_TRACE(::testing::Message() << "turn " << turn << ", prompt " << prompt.size() << " tokens");
+    auto s = e->submit(request(prompt));
+    ASSERT_TRUE(s.ok());
+    const Outcome o = collect(*s.handle, 1);
+    auto sf = fresh->submit(request(prompt));
+    ASSERT_TRUE(sf.ok());
+    const Outcome of = collect(*sf.handle, 1);
+    ASSERT_EQ(o.tokens[0].size(), 40u);
+    ASSERT_EQ(of.tokens[0].size(), 40u);
+    EXPECT_EQ(of.usage.prompt_tokens_computed, static_cast<int64_t>(prompt.size()));
+    if (turn > 0) {
+      EXPECT_EQ(o.usage.cached_prompt_tokens, static_cast<int64_t>(prompt.size()) - 9);
+      EXPECT_EQ(o.usage.prompt_tokens_computed, 9) << "only the final answer and the new user turn";
+    } else {
+      EXPECT_EQ(o.usage.prompt_tokens_computed, static_cast<int64_t>(prompt.size()));
+    }
+    // The fresh engine is the reference: its top-2 logprobs give the margins.
+    RefRun ref;
+    ref.tokens = of.tokens[0];
+    for (const auto& t : of.top[0]) {
+      ASSERT_EQ(t.size(), 2u);
+      ref.margins.push_back(t[0].logprob - t[1].logprob);
+    }
+    expect_same_greedy(o.tokens[0], ref, "turn " + std::to_string(turn));
+    for (size_t i = 0; i < o.tokens[0].size() && o.tokens[0][i] == of.tokens[0][i]; ++i) {
+      const double d = std::fabs(o.logprobs[0][i] - of.logprobs[0][i]);
+      max_diff = std::max(max_diff, d);
+      EXPECT_LE(d, 1e-5) << "token " << i;
+    }
+    ASSERT_TRUE(e->wait_idle());
+    // Next turn: this prompt + a 4-token "final answer" + a 5-token user turn. On turn 1
+    // the final starts with the completion's first token, so the common prefix is one
+    // token longer than the prompt: the cut still falls back to the snapshot at its end.
+    std::vector<int32_t> final_answer = f.tokens(4), user = f.tokens(5);
+    if (turn == 1) final_answer[0] = o.tokens[0][0];
+    else if (final_answer[0] == o.tokens[0][0]) final_answer[0] = (final_answer[0] + 1) % kVocab;
+    prompt.insert(prompt.end(), final_answer.begin(), final_answer.end());
+    prompt.insert(prompt.end(), user.begin(), user.end());
+  }
+  std::printf("agent loop: max |logprob difference| vs a fresh engine %g\n", max_diff);
+  const MetricsSnapshot m = e->metrics();
+  EXPECT_EQ(m.prefix_cache_hits_total, 3u);
+  EXPECT_EQ(m.prefix_cache_misses_total, 1u);
 }
 
 TEST(Engine, PrefixCacheBudgetEvictsLeastRecent) {

@@ -83,7 +83,7 @@ TEST(PrefixCache, LongestUsableMatchTakeAndLru) {
   c.put({1, {1, 2, 3, 4, 5, 6}, 100});
   c.put({2, {1, 2, 3, 9}, 50});
   c.put({3, {7, 7}, 10});
-  auto always = [](int64_t, int64_t) { return true; };
+  auto always = [](const PrefixEntry&, int64_t n) { return n; };
   std::vector<int32_t> p = {1, 2, 3, 4, 5, 8, 8};
   auto m = c.match(p, always);
   ASSERT_TRUE(m);
@@ -96,14 +96,43 @@ TEST(PrefixCache, LongestUsableMatchTakeAndLru) {
   ASSERT_TRUE(m);
   EXPECT_EQ(m->reuse, 3);
   // Both 1 and 2 would need a cut; a rule that refuses every cut leaves no match.
-  EXPECT_FALSE(c.match(p, [](int64_t len, int64_t n) { return n == len; }));
+  EXPECT_FALSE(c.match(p, [](const PrefixEntry&, int64_t) { return int64_t{0}; }));
+}
+
+// A cut the KV cache cannot make exactly may still be made shorter (a window snapshot
+// at the end of an earlier prompt): match() compares the usable cuts, not the common
+// prefixes.
+TEST(PrefixCache, ShorterUsableCutsCompete) {
+  PrefixCache c;
+  c.put({1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 100});  // "snapshots" at 4 and 9
+  c.put({2, {1, 2, 3, 4, 5, 6, 7, 9}, 100});                 // cuts anywhere
+  auto rule = [](const PrefixEntry& e, int64_t n) -> int64_t {
+    if (e.seq_id == 2) return n;
+    return n >= 9 ? 9 : n >= 4 ? 4 : 0;
+  };
+  std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 50, 51};  // common 10 with 1, 7 with 2
+  auto m = c.match(a, rule);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->seq_id, 1);
+  EXPECT_EQ(m->reuse, 9);
+  EXPECT_EQ(m->length, 12);
+  std::vector<int32_t> b = {1, 2, 3, 4, 5, 6, 7, 8, 60};  // common 8 with 1 (cut 4), 7 with 2
+  m = c.match(b, rule);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->seq_id, 2);
+  EXPECT_EQ(m->reuse, 7);
+  // A rule answering more than asked is held to the common prefix.
+  m = c.match(b, [](const PrefixEntry&, int64_t n) { return n + 5; });
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->reuse, 8);
+  EXPECT_EQ(m->seq_id, 1);
 }
 
 TEST(PrefixCache, StrictTruncationAndEviction) {
   PrefixCache c;
   c.put({1, {1, 2, 3, 4, 5, 6}, 100});
   c.put({2, {1, 2, 3}, 50});
-  auto strict = [](int64_t len, int64_t n) { return n == len; };
+  auto strict = [](const PrefixEntry&, int64_t) { return int64_t{0}; };
   std::vector<int32_t> p = {1, 2, 3, 4, 5, 8, 8};
   auto m = c.match(p, strict);
   ASSERT_TRUE(m);  // entry 2 matches whole (3 tokens, no cut); entry 1 would need a cut
