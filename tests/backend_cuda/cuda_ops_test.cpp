@@ -342,7 +342,9 @@ struct AttnCase {
   bool device_pos = true;
 };
 
-void run_attention_case(Fix& f, const AttnCase& c) {
+// rtol/atol: the bound; round_q: the reference reads q rounded to f16 (the tensor-core
+// prefill kernel's Q operand).
+void run_attention_case(Fix& f, const AttnCase& c, double rtol = 2e-5, double atol = 2e-6, bool round_q = false) {
   const int64_t n_seq = static_cast<int64_t>(c.pos0.size());
   const int64_t kv_row = c.n_head_kv * c.hd;
   const int64_t esz = c.kv == DType::F16 ? 2 : 4;
@@ -395,7 +397,10 @@ void run_attention_case(Fix& f, const AttnCase& c) {
   std::vector<float> want(total * c.n_head * c.hd);
   f.cpu->kv_store({.k = k.data(), .v = v.data(), .kv_type = c.kv, .n_head_kv = c.n_head_kv, .head_dim = c.hd,
                    .seqs = cs});
-  f.cpu->attention({.q = q.data(), .sinks = c.sinks ? sinks.data() : nullptr, .out = want.data(), .kv_type = c.kv,
+  auto qr = q;
+  if (round_q)
+    for (auto& x : qr) x = f16_to_f32(f32_to_f16(x));
+  f.cpu->attention({.q = qr.data(), .sinks = c.sinks ? sinks.data() : nullptr, .out = want.data(), .kv_type = c.kv,
                     .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd, .window = c.window,
                     .scale = scale, .seqs = cs});
   Dev dq = Dev::from(*f.gpu, q), dk = Dev::from(*f.gpu, k), dv = Dev::from(*f.gpu, v), dsk = Dev::from(*f.gpu, sinks),
@@ -406,7 +411,7 @@ void run_attention_case(Fix& f, const AttnCase& c) {
   f.gpu->attention({.q = dq.as<float>(), .sinks = c.sinks ? dsk.as<float>() : nullptr, .out = dout.as<float>(),
                     .kv_type = c.kv, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd,
                     .window = c.window, .scale = scale, .seqs = gs, .pos = gpos});
-  expect_close(dout.get<float>(want.size()), want, 2e-5, 2e-6, "attention");
+  expect_close(dout.get<float>(want.size()), want, rtol, atol, "attention");
   // The caches must hold the same elements.
   for (int64_t s = 0; s < n_seq; ++s) {
     std::vector<uint8_t> got(hk[s].size());
@@ -435,6 +440,26 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
   run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});
   run_attention_case(f, {DType::F32, 8, 1, 128, 0, 0, {33}, {6}});
+}
+
+// Chunks of >= 16 tokens with an f16 cache and head_dim 64 go to the tensor-core flash
+// kernel (fast mode): q and the probabilities are rounded to f16 there, so the reference
+// reads f16-rounded q and the bound allows the probabilities' rounding (relative 2^-11
+// each). Full and sliding (ring) layers, a chunk after history, odd lengths, group
+// sizes 8 and 4, a dominating sink, no sinks, two sequences in one call (one of them
+// short: the split kernel).
+TEST(CudaOps, FlashPrefillAttention) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  const double rt = 3e-3, at = 1e-3;
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {0}, {200}}, rt, at, true);
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {37}, {77}}, rt, at, true);
+  run_attention_case(f, {DType::F16, 64, 8, 64, 128, 128 + 300 - 1, {0}, {300}}, rt, at, true);
+  run_attention_case(f, {DType::F16, 64, 8, 64, 128, 128 + 90 - 1, {500}, {90}}, rt, at, true);
+  run_attention_case(f, {DType::F16, 16, 4, 64, 8, 8 + 33 - 1, {20}, {33}}, rt, at, true);
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {5}, {64}, true, 30.0f}, rt, at, true);
+  run_attention_case(f, {DType::F16, 32, 4, 64, 0, 0, {0, 100}, {50, 1}, false}, rt, at, true);
 }
 
 TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {

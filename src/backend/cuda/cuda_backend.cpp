@@ -177,8 +177,19 @@ class CudaBackend final : public Backend {
     launch_kv_store({a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos}, st_);
   }
   void attention(const AttentionArgs& a) override {
-    const auto seqs = seq_params(a.seqs);
-    const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, seqs, a.pos};
+    const auto all = seq_params(a.seqs);
+    const AttentionP whole{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, all,
+                           a.pos};
+    // Long chunks (prefill) on tensor cores; the rest (decode rows) on the split kernel.
+    std::vector<SeqP> rest;
+    for (const SeqP& s : all) {
+      if (tc_ && flash_prefill_supported(whole, s))
+        launch_flash_prefill(whole, s, st_);
+      else
+        rest.push_back(s);
+    }
+    if (rest.empty()) return;
+    const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, rest, a.pos};
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
     launch_attention(p, partial, st_);
   }
@@ -201,6 +212,10 @@ class CudaBackend final : public Backend {
     launch_rms_norm({a.y, a.x, a.weight, a.out, a.n_rows, a.n, a.eps}, true, st_);
   }
   void attn_qkv(const AttnQkvArgs& a) override {
+    if (tc_ && a.n_tok >= tc_->options().min_tok_dense) {  // three tensor-core GEMMs + rope + store
+      Backend::attn_qkv(a);
+      return;
+    }
     const auto seqs = seq_params(a.seqs);
     const bool fused = supports_weight_type(a.wq.type) && supports_weight_type(a.wk.type) &&
                        supports_weight_type(a.wv.type) &&

@@ -125,6 +125,10 @@ void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
 // not cover the shapes (the caller then composes basic ops).
 bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st);
 
+// ---- cuda_flash.cu (tensor-core prefill attention: f16 cache, head_dim 64) ----
+bool flash_prefill_supported(const AttentionP& a, const SeqP& s);
+void launch_flash_prefill(const AttentionP& a, const SeqP& s, cudaStream_t st);
+
 // ---- cuda_q8.cu (int8 activations, dp4a; see cuda_common.cuh) ----
 bool q8x_supported(const DevW& w);
 void launch_matmul_q8x(const MatmulP& a, cudaStream_t st);
