@@ -282,6 +282,46 @@ void prefill_op_costs(model::Model& m, int64_t n) {
   std::printf("%-20s %10s %12.2f  (%.0f tok/s if nothing else ran)\n", "sum", "", total, n / (total * 1e-3));
 }
 
+// Batched decode, llama-batched-bench style: N sequences, each a 128-token prompt (one
+// prefill call for all of them), then 128 steps of ONE forward call with one token per
+// sequence (greedy on the host from the downloaded logits, as the engine does today).
+// Aggregate tok/s counts the decode tokens only.
+void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n_prompt, int64_t n_steps) {
+  const auto& c = m.config();
+  std::printf("%-12s %12s %12s %12s\n", "streams", "decode tok/s", "ms/step", "prefill tok/s");
+  int32_t base = 1000;
+  for (int64_t n : streams) {
+    std::vector<std::vector<int32_t>> prompts(n);
+    std::vector<model::SeqChunk> chunks(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!m.add_sequence(base + static_cast<int32_t>(i)).is_ok()) return;
+      prompts[i].resize(n_prompt);
+      for (int64_t t = 0; t < n_prompt; ++t) prompts[i][t] = static_cast<int32_t>((i * 131 + t * 7919 + 5) % c.n_vocab);
+      chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = prompts[i], .pos0 = 0};
+    }
+    model::ForwardOutput out;
+    double t0 = now();
+    if (Status st = m.forward(chunks, out); !st.is_ok()) { std::fprintf(stderr, "%s\n", st.message().c_str()); return; }
+    m.backend().synchronize();
+    const double t_pre = now() - t0;
+    std::vector<int32_t> next(n);
+    for (int64_t i = 0; i < n; ++i) next[i] = static_cast<int32_t>(std::max_element(out.row(i), out.row(i) + c.n_vocab) - out.row(i));
+    t0 = now();
+    for (int64_t step = 0; step < n_steps; ++step) {
+      for (int64_t i = 0; i < n; ++i)
+        chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
+                     .pos0 = static_cast<int32_t>(n_prompt + step)};
+      if (Status st = m.forward(chunks, out); !st.is_ok()) { std::fprintf(stderr, "%s\n", st.message().c_str()); return; }
+      for (int64_t i = 0; i < n; ++i) next[i] = static_cast<int32_t>(std::max_element(out.row(i), out.row(i) + c.n_vocab) - out.row(i));
+    }
+    const double secs = now() - t0;
+    std::printf("%-12lld %12.0f %12.2f %12.0f\n", (long long)n, n * n_steps / secs, secs * 1e3 / n_steps,
+                n * n_prompt / t_pre);
+    for (int64_t i = 0; i < n; ++i) (void)m.remove_sequence(base + static_cast<int32_t>(i));
+    base += static_cast<int32_t>(n);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,6 +330,7 @@ int main(int argc, char** argv) {
   bool graphs = true, ops = false;
   std::vector<int64_t> pp;
   int64_t pp_ops = 0;
+  std::vector<int64_t> streams;
   double tc_peak = 989.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -302,10 +343,11 @@ int main(int argc, char** argv) {
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ops") ops = true;
     else if (a == "--pp") { std::string l = next(); for (size_t p0 = 0; p0 < l.size();) { size_t e = l.find(',', p0); if (e == std::string::npos) e = l.size(); pp.push_back(std::atoll(l.substr(p0, e - p0).c_str())); p0 = e + 1; } }
+    else if (a == "--streams") { std::string l = next(); for (size_t p0 = 0; p0 < l.size();) { size_t e = l.find(',', p0); if (e == std::string::npos) e = l.size(); streams.push_back(std::atoll(l.substr(p0, e - p0).c_str())); p0 = e + 1; } }
     else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
     else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64]\n");
       return 2;
     }
   }
@@ -348,6 +390,7 @@ int main(int argc, char** argv) {
   if (ops) op_costs(m);
   if (pp_ops > 0) prefill_op_costs(m, pp_ops);
   if (!pp.empty()) prefill_rows(m, pp, tc_peak);
+  if (!streams.empty()) stream_rows(m, streams, 128, 128);
   if (n_gen <= 0) return 0;
   const double wb = weight_bytes_per_token(m);
   std::printf("weights read per token: %.3f GB\n", wb / 1e9);

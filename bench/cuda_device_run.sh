@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|ncu]...   (default: build test memcheck bench)
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|ncu]...   (default: build test memcheck bench)
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -37,7 +37,7 @@ for s in $STAGES; do
       timeout 240 $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
     memcheck)
       timeout 150 compute-sanitizer --tool memcheck $B/tests/backend_cuda_tests \
-        --gtest_filter='*Moe*:*Router*:*Fused*:*Graph*:*Embed*:CudaModel.*F32*:CudaModel.Int8*' \
+        --gtest_filter='*Moe*:*Router*:*Fused*:*Graph*:*Embed*:*Flash*:*TensorCore*:CudaModel.*F32*:CudaModel.Int8*' \
         > "$OUT/memcheck.log" 2>&1
       echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.log" | head -10 ;;
     bench)
@@ -46,6 +46,9 @@ for s in $STAGES; do
     prefill)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       timeout 300 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --pp ${PP:-512,2048,8192} --pp-ops ${PP_OPS:-2048} 2>&1 | tee "$OUT/prefill.log" ;;
+    streams)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      timeout 300 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${STREAMS:-1,8,32,64} 2>&1 | tee "$OUT/streams.log" ;;
     eager)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 0 --no-graphs 2>&1 | tee "$OUT/eager.log" | grep -E "tg128|tok/s" ;;
