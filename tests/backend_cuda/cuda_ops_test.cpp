@@ -440,6 +440,11 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
   run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});
   run_attention_case(f, {DType::F32, 8, 1, 128, 0, 0, {33}, {6}});
+  // batched decode (one token per sequence: the one-launch multi-sequence kernels),
+  // first token, deep, ring before/after wrap, positions from the device and from the host.
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {0, 100, 4000, 17, 1}, {1, 1, 1, 1, 1}});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 128, 639, {5, 700, 128, 1500}, {1, 1, 1, 1}, true, 0, false});
+  run_attention_case(f, {DType::F32, 8, 2, 32, 0, 0, {3, 9, 0}, {1, 1, 1}, false});
 }
 
 // Chunks of >= 16 tokens with an f16 cache and head_dim 64 go to the tensor-core flash

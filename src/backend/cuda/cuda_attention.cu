@@ -11,6 +11,7 @@
 // a combine kernel merges the splits with the sink logit (max and denominator only).
 #include <algorithm>
 #include <cfloat>
+#include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -27,6 +28,7 @@ __device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half
 
 struct AttnParams {
   const float* q;        // seq's first token row
+  float* out;            // its output row (multi-sequence launches only)
   float* partial;        // (n_tok, n_head, n_splits, D + 2)
   const void* k;
   const void* v;
@@ -58,10 +60,10 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
 }
 
 template <int D, class KV>
-__global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnParams p) {
+__device__ __forceinline__ void attn_split_body(const AttnParams& p, const int t) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   constexpr int kDL = (D + kWarp - 1) / kWarp;  // dims per lane in the V phase
-  const int g = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+  const int g = blockIdx.x, split = blockIdx.y;
   const int n_rep = p.n_head / p.n_head_kv;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   __shared__ __align__(16) float qs[kMaxRep][D];
@@ -199,6 +201,20 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnPara
   }
 }
 
+template <int D, class KV>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_kernel(AttnParams p) {
+  attn_split_body<D, KV>(p, blockIdx.z);
+}
+
+// Many single-token sequences in one launch (batched decode): blockIdx.z picks the
+// sequence's parameters from a device table; grid y is the largest split count.
+template <int D, class KV>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_multi_kernel(const AttnParams* __restrict__ table) {
+  const AttnParams p = table[blockIdx.z];
+  if (static_cast<int>(blockIdx.y) >= p.n_splits) return;
+  attn_split_body<D, KV>(p, 0);
+}
+
 // grid (n_tok, n_head), D threads: merge the splits and the sink.
 // Only the splits the split kernel filled are read: with n_keys keys and per =
 // ceil(n_keys / n_splits) keys a split, the first ceil(n_keys / per) splits.
@@ -226,6 +242,32 @@ __global__ void attn_combine_kernel(const float* __restrict__ partial, const flo
   out[(static_cast<int64_t>(t) * n_head + h) * D + d] = num / den;
 }
 
+// The multi-sequence combine: grid (n_seq, n_head), sequence blockIdx.x's table entry.
+template <int D>
+__global__ void attn_combine_multi_kernel(const AttnParams* __restrict__ table, const float* __restrict__ sinks,
+                                          int n_head) {
+  const AttnParams& p = table[blockIdx.x];
+  if (threadIdx.x >= D) return;
+  // Reuse the single-sequence arithmetic on a one-token view of this sequence.
+  const int h = blockIdx.y, d = threadIdx.x;
+  const int32_t pq = p.pos ? p.pos[0] : p.pos0;
+  const int32_t n_keys = pq - (p.window > 0 ? max(0, pq - p.window + 1) : 0) + 1;
+  const int32_t per = (n_keys + p.n_splits - 1) / p.n_splits;
+  const int used = (n_keys + per - 1) / per;
+  const float* pp = p.partial + static_cast<int64_t>(h) * p.n_splits * (D + 2);
+  float M = sinks ? sinks[h] : -INFINITY;
+  for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+  float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float ms = pp[s * (D + 2)];
+    if (ms == -INFINITY) continue;
+    const float f = __expf(ms - M);
+    den += f * pp[s * (D + 2) + 1];
+    num += f * pp[s * (D + 2) + 2 + d];
+  }
+  p.out[static_cast<int64_t>(h) * D + d] = num / den;
+}
+
 // Splits depend only on the capacity (fixed for a captured graph): about one 128-key
 // block of work per split at full depth, at most 64 (the combine reads every split).
 int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1, 64); }
@@ -240,6 +282,28 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
   for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
     store_kv(kc + slot * row + e, k[t * row + e]);
     store_kv(vc + slot * row + e, v[t * row + e]);
+  }
+}
+
+struct KvRowDev {  // one token of a multi-sequence kv_store
+  const float* k;
+  const float* v;
+  void* kc;
+  void* vc;
+  const int32_t* pos;  // or null: pos0
+  int32_t pos0, capacity, ring;
+};
+
+template <class KV>
+__global__ void kv_store_multi_kernel(const KvRowDev* __restrict__ table, int64_t row) {
+  const KvRowDev r = table[blockIdx.x];
+  const int32_t pp = r.pos ? r.pos[0] : r.pos0;
+  const int64_t slot = r.ring ? pp % r.capacity : pp;
+  KV* kc = static_cast<KV*>(r.kc);
+  KV* vc = static_cast<KV*>(r.vc);
+  for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
+    store_kv(kc + slot * row + e, r.k[e]);
+    store_kv(vc + slot * row + e, r.v[e]);
   }
 }
 
@@ -437,6 +501,91 @@ void launch_attention(const AttentionP& a, float* partial, cudaStream_t st) {
       std::fprintf(stderr, "cuda attention: head_dim %lld is not supported (16, 32, 64, 128)\n",
                    static_cast<long long>(a.head_dim));
       std::abort();
+  }
+}
+
+// ---- batched decode: every sequence has exactly one token; one launch for all ----
+
+static bool all_single(std::span<const SeqP> seqs) {
+  if (seqs.size() < 2) return false;
+  for (const SeqP& s : seqs)
+    if (s.n_tok != 1) return false;
+  return true;
+}
+
+int64_t multi_table_bytes(size_t n_seqs) { return static_cast<int64_t>(n_seqs * std::max(sizeof(AttnParams), sizeof(KvRowDev))); }
+
+bool launch_kv_store_multi(const KvStoreP& a, void* table, cudaStream_t st) {
+  if (!all_single(a.seqs)) return false;
+  const int64_t row = a.n_head_kv * a.head_dim;
+  std::vector<KvRowDev> t(a.seqs.size());
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    const SeqP& s = a.seqs[i];
+    t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos ? a.pos + s.tok0 : nullptr, s.pos0,
+                    s.capacity, s.ring};
+  }
+  BRASS_CUDA_CHECK(cudaMemcpyAsync(table, t.data(), t.size() * sizeof(KvRowDev), cudaMemcpyHostToDevice, st));
+  const unsigned grid = static_cast<unsigned>(t.size());
+  if (a.kv_type == DType::F16)
+    kv_store_multi_kernel<__half><<<grid, 256, 0, st>>>(static_cast<const KvRowDev*>(table), row);
+  else
+    kv_store_multi_kernel<float><<<grid, 256, 0, st>>>(static_cast<const KvRowDev*>(table), row);
+  BRASS_CUDA_LAUNCHED();
+  return true;
+}
+
+int64_t attention_multi_scratch_floats(const AttentionP& a) {
+  int64_t need = 0;
+  for (const SeqP& s : a.seqs) need += a.n_head * n_splits_for(s.capacity) * (a.head_dim + 2);
+  return need;
+}
+
+template <int D>
+static void attention_multi_d(const AttentionP& a, float* partial, void* table, cudaStream_t st) {
+  std::vector<AttnParams> t(a.seqs.size());
+  int max_splits = 1;
+  int64_t off = 0;
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    const SeqP& s = a.seqs[i];
+    AttnParams& p = t[i];
+    p.q = a.q + s.tok0 * a.n_head * D;
+    p.out = a.out + s.tok0 * a.n_head * D;
+    p.partial = partial + off;
+    p.k = s.k;
+    p.v = s.v;
+    p.pos = a.pos ? a.pos + s.tok0 : nullptr;
+    p.pos0 = s.pos0;
+    p.capacity = s.capacity;
+    p.window = a.window;
+    p.ring = s.ring;
+    p.n_splits = n_splits_for(s.capacity);
+    p.n_head = static_cast<int32_t>(a.n_head);
+    p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
+    p.scale = a.scale;
+    off += a.n_head * p.n_splits * (D + 2);
+    max_splits = std::max(max_splits, p.n_splits);
+  }
+  BRASS_CUDA_CHECK(cudaMemcpyAsync(table, t.data(), t.size() * sizeof(AttnParams), cudaMemcpyHostToDevice, st));
+  const AttnParams* dt = static_cast<const AttnParams*>(table);
+  dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
+  if (a.kv_type == DType::F16)
+    attn_split_multi_kernel<D, __half><<<grid, kAttnWarps * kWarp, 0, st>>>(dt);
+  else
+    attn_split_multi_kernel<D, float><<<grid, kAttnWarps * kWarp, 0, st>>>(dt);
+  BRASS_CUDA_LAUNCHED();
+  dim3 cgrid(static_cast<unsigned>(t.size()), static_cast<unsigned>(a.n_head));
+  attn_combine_multi_kernel<D><<<cgrid, D, 0, st>>>(dt, a.sinks, static_cast<int>(a.n_head));
+  BRASS_CUDA_LAUNCHED();
+}
+
+bool launch_attention_multi(const AttentionP& a, float* partial, void* table, cudaStream_t st) {
+  if (!all_single(a.seqs) || a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) return false;
+  switch (a.head_dim) {
+    case 16: attention_multi_d<16>(a, partial, table, st); return true;
+    case 32: attention_multi_d<32>(a, partial, table, st); return true;
+    case 64: attention_multi_d<64>(a, partial, table, st); return true;
+    case 128: attention_multi_d<128>(a, partial, table, st); return true;
+    default: return false;
   }
 }
 

@@ -174,7 +174,14 @@ class CudaBackend final : public Backend {
   }
   void kv_store(const KvStoreArgs& a) override {
     const auto seqs = seq_params(a.seqs);
-    launch_kv_store({a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos}, st_);
+    const KvStoreP p{a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos};
+    if (!capturing() && launch_kv_store_multi(p, kvtab_.get(multi_table_bytes(seqs.size())), st_)) return;
+    launch_kv_store(p, st_);
+  }
+  bool capturing() const {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    BRASS_CUDA_CHECK(cudaStreamIsCapturing(st_, &cs));
+    return cs != cudaStreamCaptureStatusNone;
   }
   void attention(const AttentionArgs& a) override {
     const auto all = seq_params(a.seqs);
@@ -190,6 +197,10 @@ class CudaBackend final : public Backend {
     }
     if (rest.empty()) return;
     const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, rest, a.pos};
+    if (rest.size() > 1 && !capturing()) {  // batched decode: one launch for every sequence
+      float* mp = static_cast<float*>(attn_.get(attention_multi_scratch_floats(p) * sizeof(float)));
+      if (launch_attention_multi(p, mp, attntab_.get(multi_table_bytes(rest.size())), st_)) return;
+    }
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
     launch_attention(p, partial, st_);
   }
@@ -279,7 +290,7 @@ class CudaBackend final : public Backend {
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
-  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_;
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   int64_t upload_bytes_ = 0;
   double upload_seconds_ = 0.0;

@@ -31,8 +31,12 @@ struct CudaBackendOptions {
   // MoE from min_slots_per_expert slots per expert on average. Only with
   // int8_activations (the exact mode stays f32); BRASS_CUDA_TC=0 turns it off.
   bool tensor_cores = true;
-  int64_t tc_min_tok_dense = 32;
-  int64_t tc_min_slots_per_expert = 16;
+  // Thresholds from a cost model checked on the H200 (BENCHMARKS.md): a mat-vec reads the
+  // weight once per token (the MoE: each slot's expert rows), the tensor-core path reads it
+  // once and writes a 16-bit copy (~5x its MXFP4 bytes): break-even near 2 slots per
+  // expert; dense matrices stay L2-resident across a few tokens.
+  int64_t tc_min_tok_dense = 16;
+  int64_t tc_min_slots_per_expert = 2;
 };
 
 // A CUDA backend. Fails when no device is usable.

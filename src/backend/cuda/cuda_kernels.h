@@ -121,6 +121,13 @@ void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, i
 void launch_kv_store(const KvStoreP& a, cudaStream_t st);
 int64_t attention_scratch_floats(const AttentionP& a);  // partials the launch needs
 void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
+// Batched decode (>= 2 sequences of one token each): one launch for all sequences, their
+// parameters in a device table (multi_table_bytes(n_seqs) bytes of scratch, uploaded by
+// the call: not for graph capture). false (nothing done) when the batch is not of that form.
+int64_t multi_table_bytes(size_t n_seqs);
+bool launch_kv_store_multi(const KvStoreP& a, void* table, cudaStream_t st);
+int64_t attention_multi_scratch_floats(const AttentionP& a);
+bool launch_attention_multi(const AttentionP& a, float* partial, void* table, cudaStream_t st);
 // Fused q/k/v + bias + RoPE + KV store for one sequence; false if the fused kernel does
 // not cover the shapes (the caller then composes basic ops).
 bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st);
