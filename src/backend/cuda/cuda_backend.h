@@ -31,12 +31,12 @@ struct CudaBackendOptions {
   // MoE from min_slots_per_expert slots per expert on average. Only with
   // int8_activations (the exact mode stays f32); BRASS_CUDA_TC=0 turns it off.
   bool tensor_cores = true;
-  // Thresholds from a cost model checked on the H200 (BENCHMARKS.md): a mat-vec reads the
-  // weight once per token (the MoE: each slot's expert rows), the tensor-core path reads it
-  // once and writes a 16-bit copy (~5x its MXFP4 bytes): break-even near 2 slots per
-  // expert; dense matrices stay L2-resident across a few tokens.
+  // Thresholds measured on the H200 (BENCHMARKS.md, batched decode rows): the int8 mat-vec
+  // MoE reads each slot's expert rows, the tensor-core MoE dequantizes every touched expert
+  // to 16 bits once and runs tiny per-expert GEMMs: at 32 streams (4 slots per expert) the
+  // mat-vec path won (591 vs 480 tok/s), at 64 (8 per expert) the tensor cores (773 vs 610).
   int64_t tc_min_tok_dense = 16;
-  int64_t tc_min_slots_per_expert = 2;
+  int64_t tc_min_slots_per_expert = 6;
 };
 
 // A CUDA backend. Fails when no device is usable.
