@@ -190,6 +190,7 @@ bool JsonValidator::begin_value(uint8_t c) {
   if (c == '"') {
     str_.clear();
     str_cp_ = 0;
+    utf8_pending_ = 0;
     high_surrogate_ = 0;
     str_dirty_ = false;
   }
@@ -365,7 +366,14 @@ void JsonValidator::decode_byte(uint8_t c) {
     high_surrogate_ = 0;
   }
   str_.push_back(static_cast<char>(c));
-  if ((c & 0xC0) != 0x80) ++str_cp_;
+  // Code points: lead bytes, plus stray continuation bytes (each becomes one U+FFFD), so
+  // lengths always grow and a bounded string cannot be padded forever.
+  if ((c & 0xC0) == 0x80 && utf8_pending_ > 0) {
+    --utf8_pending_;
+  } else {
+    ++str_cp_;
+    utf8_pending_ = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+  }
   str_dirty_ = true;
 }
 
@@ -463,7 +471,21 @@ bool JsonValidator::step_syntax(uint8_t c) {
         }
         return true;
       }
-      if (c == '\\') { mode_ = Mode::kEscape; return true; }
+      if (c == '\\') {
+        mode_ = Mode::kEscape;
+        if (!schema_ || key_) return true;
+        // With patterns, a backslash only where some escaped character can still match.
+        return each([&](const Thread& t) {
+          if (t.rules.max_len >= 0 && str_cp_ + (high_surrogate_ ? 1 : 0) + 1 > t.rules.max_len) return false;
+          if (t.rules.patterns.empty()) return true;
+          for (char e : std::string_view("\"\\/\b\f\n\r\t")) {
+            bool all = true;
+            for (const SchemaRegex* p : t.rules.patterns) all = all && p->may_match(str_ + e);
+            if (all) return true;
+          }
+          return false;
+        });
+      }
       if (c < 0x20) return false;
       if (schema_ && !key_) {
         decode_byte(c);
@@ -482,7 +504,14 @@ bool JsonValidator::step_syntax(uint8_t c) {
         }
         return true;
       }
-      if (c == 'u') { mode_ = Mode::kUnicode; hex_left_ = 4; hex_val_ = 0; return true; }
+      if (c == 'u') {
+        mode_ = Mode::kUnicode;
+        hex_left_ = 4;
+        hex_val_ = 0;
+        // Not under a pattern: the code point is only known after its last digit (the
+        // character can be written directly instead).
+        return !schema_ || key_ || each([](const Thread& t) { return t.rules.patterns.empty(); });
+      }
       return false;
     }
     case Mode::kUnicode:

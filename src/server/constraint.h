@@ -28,7 +28,8 @@
 //  - string minLength/maxLength in Unicode code points (a \uXXXX escape counts once, a
 //    surrogate pair once); pattern through PCRE2 partial matching (for patterns anchored
 //    with ^ a string prefix that cannot extend to a match is masked; unanchored ones are
-//    checked at the closing quote);
+//    checked at the closing quote; under a pattern, \uXXXX escapes and tokens that split
+//    a UTF-8 character are masked, so a prefix never dead-ends inside one);
 //  - minimum/maximum/exclusiveMinimum/exclusiveMaximum: a digit is masked when no
 //    extension of the number can land in range, and the byte that ends the number when
 //    it is out of range; numbers under bounds are written without exponent;
@@ -146,6 +147,7 @@ class JsonValidator {
   std::string key_text_;       // the object key being read (schema mode, raw bytes)
   std::string str_;            // the string value being read, decoded (schema mode)
   int64_t str_cp_ = 0;         // its code points
+  uint8_t utf8_pending_ = 0;   // continuation bytes still expected
   bool str_dirty_ = false;     // str_ grew since the last pattern check
   uint32_t hex_val_ = 0;       // \uXXXX being read
   uint32_t high_surrogate_ = 0;

@@ -18,7 +18,7 @@ using OJson = nlohmann::ordered_json;
 std::shared_ptr<const SchemaRegex> SchemaRegex::compile(const std::string& pattern, std::string* error) {
   int err = 0;
   PCRE2_SIZE off = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF, &err, &off, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &err, &off, nullptr);
   if (!code) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof buf);
@@ -52,13 +52,12 @@ bool SchemaRegex::matches(std::string_view s) const {
 
 bool SchemaRegex::may_match(std::string_view prefix) const {
   if (!anchored_ || prefix.empty()) return true;
-  // Drop a truncated UTF-8 character at the end (the next token completes it).
-  size_t end = prefix.size();
+  const size_t end = prefix.size();
   for (size_t back = 1; back <= 3 && back <= prefix.size(); ++back) {
     const auto c = static_cast<uint8_t>(prefix[prefix.size() - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte
     const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (need > back) end = prefix.size() - back;
+    if (need > back) return false;  // see the header: a split character is not accepted here
     break;
   }
   const int rc = pcre2_match(static_cast<const pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(prefix.data()), end, 0,
@@ -229,6 +228,7 @@ class SchemaCompiler {
           // Declared twice: a synthetic node requiring both.
           SchemaNode both;
           both.all_of = {have, v};
+          merge_all_of(both);  // (recursive: merges nested object pairs the same way)
           const int id = static_cast<int>(out_->nodes_.size());
           out_->nodes_.push_back(std::move(both));
           done_.push_back(1);

@@ -50,8 +50,10 @@ class SchemaRegex {
   bool matches(std::string_view s) const;
   // Some extension of `prefix` can still match (partial matching, PCRE2_PARTIAL_HARD).
   // Patterns not anchored at the start can always still match (a later match may be
-  // appended), so only anchored ones are checked; a truncated UTF-8 character at the end
-  // is ignored; invalid UTF-8 cannot match.
+  // appended), so only anchored ones are checked. A prefix ending inside a UTF-8
+  // character is rejected (whether the character fits depends on its last bytes; a token
+  // that splits a character is masked in such strings, so the model never gets stuck on
+  // one); invalid UTF-8 cannot match.
   bool may_match(std::string_view prefix) const;
 
  private:
