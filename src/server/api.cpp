@@ -2,6 +2,7 @@
 // Every accessor checks the JSON type and range and reports the parameter path
 // ("messages[2].role") in the ApiError, the way OpenAI's `param` field does.
 #include "server/api.h"
+#include "server/constraint_schema.h"
 
 #include <cmath>
 #include <random>
@@ -260,6 +261,7 @@ Err parse_tools(const Json& b, bool responses_shape, std::vector<FunctionTool>* 
     if (const Json* prm = field(*fn, "parameters")) {
       if (!prm->is_object()) return wrong_type(p + ".function.parameters", "a JSON Schema object", *prm);
       ft.parameters = *prm;
+      if (auto e = check_json_schema(*prm, p + ".function.parameters")) return invalid_param(e->path, e->message);
     }
     tools->push_back(std::move(ft));
   }
@@ -384,6 +386,8 @@ std::optional<ApiError> parse_chat_request(const Json& b, bool allow_test_hooks,
       const Json* schema = field(*js, "schema");
       if (schema && !schema->is_object()) return wrong_type("response_format.json_schema.schema", "an object", *schema);
       out->json_schema = schema ? *schema : Json::object();
+      if (auto e = check_json_schema(*out->json_schema, "response_format.json_schema.schema"))
+        return invalid_param(e->path, e->message);
     } else {
       return invalid_param("response_format.type", fmt::format("unknown response_format type '{}'", ts));
     }

@@ -109,6 +109,15 @@ TEST(Api, ErrorsNameTheParameter) {
        "tools[0].function.name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})", "response_format.type"},
       {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+           "json_schema": {"name": "s", "schema": {"type": "object", "properties": {"a": {"type": "wizard"}}}}}})",
+       "response_format.json_schema.schema.properties.a.type"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+           "json_schema": {"name": "s", "schema": {"$ref": "#/$defs/missing"}}}})",
+       "response_format.json_schema.schema.$ref"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+           "parameters": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}}}]})",
+       "tools[0].function.parameters.properties.n.multipleOf"},
       {R"({"messages": [{"role": "user", "content": "x"}], "brass_test_force": "x"})", "brass_test_force"},
   };
   for (const auto& [text, param] : cases) {
