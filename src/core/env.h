@@ -6,6 +6,10 @@
 //   BRASS_CPU_KERNELS ref|avx2|avx512      CPU backend kernel level (default: the best the
 //                                          processor supports; ref = the plain-loop reference
 //                                          backend; read by backend/cpu/simd_dispatch.cpp)
+// Read by the CUDA backend (backend/cuda/cuda_backend.cpp, which cannot use this header's
+// helpers from its .cu files): BRASS_CUDA_EXACT=1 (f32 activations, no tensor-core paths),
+// BRASS_CUDA_PDL=0 (plain launches), BRASS_CUDA_TC=0 (no tensor-core paths),
+// BRASS_CUDA_TC_MOE_MIN N (MoE tensor-core threshold in slots per expert, default 6).
 #pragma once
 
 #include <optional>

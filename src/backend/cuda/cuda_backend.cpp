@@ -322,6 +322,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   const char* tc_env = std::getenv("BRASS_CUDA_TC");
   const bool tc_on = q8x && o.tensor_cores && !(tc_env && std::string(tc_env) == "0");
   TcOptions tc{.enabled = true, .min_tok_dense = o.tc_min_tok_dense, .min_slots_per_expert = o.tc_min_slots_per_expert};
+  // Measurement knob: the MoE's tensor-core threshold in slots per expert.
+  if (const char* m = std::getenv("BRASS_CUDA_TC_MOE_MIN"); m && std::atoll(m) > 0) tc.min_slots_per_expert = std::atoll(m);
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr));
 }
 
