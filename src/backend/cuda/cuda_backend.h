@@ -33,10 +33,11 @@ struct CudaBackendOptions {
   bool tensor_cores = true;
   // Thresholds measured on the H200 (BENCHMARKS.md, batched decode rows): the int8 mat-vec
   // MoE reads each slot's expert rows, the tensor-core MoE dequantizes every touched expert
-  // to 16 bits once and runs tiny per-expert GEMMs: at 32 streams (4 slots per expert) the
-  // mat-vec path won (591 vs 480 tok/s), at 64 (8 per expert) the tensor cores (773 vs 610).
+  // to 16 bits once and runs per-expert GEMMs; at 64 streams (8 slots per expert) the
+  // mat-vec path still wins (966 vs 773 tok/s), prefill (64+ per expert) is the
+  // tensor cores' (BRASS_CUDA_TC_MOE_MIN overrides the MoE threshold).
   int64_t tc_min_tok_dense = 16;
-  int64_t tc_min_slots_per_expert = 6;
+  int64_t tc_min_slots_per_expert = 16;
 };
 
 // A CUDA backend. Fails when no device is usable.
