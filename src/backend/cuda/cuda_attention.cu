@@ -218,6 +218,27 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_multi_kernel(co
 // grid (n_tok, n_head), D threads: merge the splits and the sink.
 // Only the splits the split kernel filled are read: with n_keys keys and per =
 // ceil(n_keys / n_splits) keys a split, the first ceil(n_keys / per) splits.
+// One output element (head h, dim d) of a query at position pq from its splits' partials
+// pp (n_splits x (D + 2): max, sum, acc) and the sink.
+template <int D>
+__device__ __forceinline__ float combine_splits(const float* __restrict__ pp, const float* __restrict__ sinks, int h,
+                                                int d, int32_t pq, int32_t window, int n_splits) {
+  const int32_t n_keys = pq - (window > 0 ? max(0, pq - window + 1) : 0) + 1;
+  const int32_t per = (n_keys + n_splits - 1) / n_splits;
+  const int used = (n_keys + per - 1) / per;
+  float M = sinks ? sinks[h] : -INFINITY;
+  for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
+  float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
+  for (int s = 0; s < used; ++s) {
+    const float ms = pp[s * (D + 2)];
+    if (ms == -INFINITY) continue;
+    const float f = __expf(ms - M);
+    den += f * pp[s * (D + 2) + 1];
+    num += f * pp[s * (D + 2) + 2 + d];
+  }
+  return num / den;
+}
+
 template <int D>
 __global__ void attn_combine_kernel(const float* __restrict__ partial, const float* __restrict__ sinks,
                                     float* out, int n_head, int n_splits, const int32_t* pos, int32_t pos0,
@@ -225,21 +246,8 @@ __global__ void attn_combine_kernel(const float* __restrict__ partial, const flo
   pdl_trigger();  // launched normally: dependents may start prefetching
   const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int32_t pq = pos ? pos[t] : pos0 + t;
-  const int32_t n_keys = pq - (window > 0 ? max(0, pq - window + 1) : 0) + 1;
-  const int32_t per = (n_keys + n_splits - 1) / n_splits;
-  const int used = (n_keys + per - 1) / per;
   const float* pp = partial + (static_cast<int64_t>(t) * n_head + h) * n_splits * (D + 2);
-  float M = sinks ? sinks[h] : -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
-  float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float ms = pp[s * (D + 2)];
-    if (ms == -INFINITY) continue;
-    const float f = __expf(ms - M);
-    den += f * pp[s * (D + 2) + 1];
-    num += f * pp[s * (D + 2) + 2 + d];
-  }
-  out[(static_cast<int64_t>(t) * n_head + h) * D + d] = num / den;
+  out[(static_cast<int64_t>(t) * n_head + h) * D + d] = combine_splits<D>(pp, sinks, h, d, pq, window, n_splits);
 }
 
 // The multi-sequence combine: grid (n_seq, n_head), sequence blockIdx.x's table entry.
@@ -247,25 +255,10 @@ template <int D>
 __global__ void attn_combine_multi_kernel(const AttnParams* __restrict__ table, const float* __restrict__ sinks,
                                           int n_head) {
   const AttnParams& p = table[blockIdx.x];
-  if (threadIdx.x >= D) return;
-  // Reuse the single-sequence arithmetic on a one-token view of this sequence.
   const int h = blockIdx.y, d = threadIdx.x;
   const int32_t pq = p.pos ? p.pos[0] : p.pos0;
-  const int32_t n_keys = pq - (p.window > 0 ? max(0, pq - p.window + 1) : 0) + 1;
-  const int32_t per = (n_keys + p.n_splits - 1) / p.n_splits;
-  const int used = (n_keys + per - 1) / per;
   const float* pp = p.partial + static_cast<int64_t>(h) * p.n_splits * (D + 2);
-  float M = sinks ? sinks[h] : -INFINITY;
-  for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
-  float den = sinks ? __expf(sinks[h] - M) : 0.f, num = 0.f;
-  for (int s = 0; s < used; ++s) {
-    const float ms = pp[s * (D + 2)];
-    if (ms == -INFINITY) continue;
-    const float f = __expf(ms - M);
-    den += f * pp[s * (D + 2) + 1];
-    num += f * pp[s * (D + 2) + 2 + d];
-  }
-  p.out[static_cast<int64_t>(h) * D + d] = num / den;
+  p.out[static_cast<int64_t>(h) * D + d] = combine_splits<D>(pp, sinks, h, d, pq, p.window, p.n_splits);
 }
 
 // Splits depend only on the capacity (fixed for a captured graph): about one 128-key
