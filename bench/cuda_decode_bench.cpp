@@ -322,6 +322,18 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
   }
 }
 
+// "512,2048" -> {512, 2048}.
+std::vector<int64_t> int_list(const std::string& l) {
+  std::vector<int64_t> out;
+  for (size_t p0 = 0; p0 < l.size();) {
+    size_t e = l.find(',', p0);
+    if (e == std::string::npos) e = l.size();
+    out.push_back(std::atoll(l.substr(p0, e - p0).c_str()));
+    p0 = e + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,8 +354,8 @@ int main(int argc, char** argv) {
     else if (a == "--n-ctx") n_ctx = std::atoll(next().c_str());
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ops") ops = true;
-    else if (a == "--pp") { std::string l = next(); for (size_t p0 = 0; p0 < l.size();) { size_t e = l.find(',', p0); if (e == std::string::npos) e = l.size(); pp.push_back(std::atoll(l.substr(p0, e - p0).c_str())); p0 = e + 1; } }
-    else if (a == "--streams") { std::string l = next(); for (size_t p0 = 0; p0 < l.size();) { size_t e = l.find(',', p0); if (e == std::string::npos) e = l.size(); streams.push_back(std::atoll(l.substr(p0, e - p0).c_str())); p0 = e + 1; } }
+    else if (a == "--pp") pp = int_list(next());
+    else if (a == "--streams") streams = int_list(next());
     else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
     else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {

@@ -448,24 +448,31 @@ int64_t attention_scratch_floats(const AttentionP& a) {
   return need;
 }
 
+// The split kernel's parameters for one sequence of a call (partial: its scratch).
+static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* partial) {
+  AttnParams p;
+  p.q = a.q + s.tok0 * a.n_head * a.head_dim;
+  p.out = a.out + s.tok0 * a.n_head * a.head_dim;
+  p.partial = partial;
+  p.k = s.k;
+  p.v = s.v;
+  p.pos = a.pos ? a.pos + s.tok0 : nullptr;
+  p.pos0 = s.pos0;
+  p.capacity = s.capacity;
+  p.window = a.window;
+  p.ring = s.ring;
+  p.n_splits = n_splits_for(s.capacity);
+  p.n_head = static_cast<int32_t>(a.n_head);
+  p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
+  p.scale = a.scale;
+  return p;
+}
+
 template <int D>
 static void attention_d(const AttentionP& a, float* partial, cudaStream_t st) {
   for (const SeqP& s : a.seqs) {
     if (s.n_tok <= 0) continue;
-    AttnParams p;
-    p.q = a.q + s.tok0 * a.n_head * D;
-    p.partial = partial;
-    p.k = s.k;
-    p.v = s.v;
-    p.pos = a.pos ? a.pos + s.tok0 : nullptr;
-    p.pos0 = s.pos0;
-    p.capacity = s.capacity;
-    p.window = a.window;
-    p.ring = s.ring;
-    p.n_splits = n_splits_for(s.capacity);
-    p.n_head = static_cast<int32_t>(a.n_head);
-    p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
-    p.scale = a.scale;
+    const AttnParams p = seq_attn_params(a, s, partial);
     dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits), static_cast<unsigned>(s.n_tok));
     if (a.kv_type == DType::F16)
       attn_split_kernel<D, __half><<<grid, kAttnWarps * kWarp, 0, st>>>(p);
@@ -539,22 +546,7 @@ static void attention_multi_d(const AttentionP& a, float* partial, void* table, 
   int max_splits = 1;
   int64_t off = 0;
   for (size_t i = 0; i < a.seqs.size(); ++i) {
-    const SeqP& s = a.seqs[i];
-    AttnParams& p = t[i];
-    p.q = a.q + s.tok0 * a.n_head * D;
-    p.out = a.out + s.tok0 * a.n_head * D;
-    p.partial = partial + off;
-    p.k = s.k;
-    p.v = s.v;
-    p.pos = a.pos ? a.pos + s.tok0 : nullptr;
-    p.pos0 = s.pos0;
-    p.capacity = s.capacity;
-    p.window = a.window;
-    p.ring = s.ring;
-    p.n_splits = n_splits_for(s.capacity);
-    p.n_head = static_cast<int32_t>(a.n_head);
-    p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
-    p.scale = a.scale;
+    const AttnParams& p = t[i] = seq_attn_params(a, a.seqs[i], partial + off);
     off += a.n_head * p.n_splits * (D + 2);
     max_splits = std::max(max_splits, p.n_splits);
   }
