@@ -230,7 +230,8 @@ void prefill_op_costs(model::Model& m, int64_t n) {
   auto x = buf(n * c.n_embd * 4), xn = buf(n * c.n_embd * 4), q = buf(n * c.q_dim() * 4), k = buf(n * c.kv_dim() * 4),
        v = buf(n * c.kv_dim() * 4), attn = buf(n * c.q_dim() * 4), proj = buf(n * c.n_embd * 4),
        rlog = buf(n * c.n_expert * 4), rids = buf(n * c.n_expert_used * 4), rw = buf(n * c.n_expert_used * 4),
-       pos = buf(n * 4), kc = buf(n * c.kv_dim() * 2), vc = buf(n * c.kv_dim() * 2), invf = buf(c.head_dim * 2);
+       pos = buf(n * 4), kc = buf(n * c.kv_dim() * 2), vc = buf(n * c.kv_dim() * 2), invf = buf(c.head_dim * 2),
+       logits = buf(n * c.n_vocab * 4);
   std::vector<float> h(n * std::max(c.n_embd, c.q_dim()));
   for (size_t i = 0; i < h.size(); ++i) h[i] = 0.01f * static_cast<float>((i * 2654435761u) % 200) - 1.0f;
   be.upload(x->data(), h.data(), n * c.n_embd * 4);
@@ -265,6 +266,8 @@ void prefill_op_costs(model::Model& m, int64_t n) {
       {"router top-4", 1, [&] { be.router({.logits = rlog->as<float>(), .ids = rids->as<int32_t>(), .weights = rw->as<float>(), .n_tok = n, .n_expert = c.n_expert, .k = c.n_expert_used}); }},
       {"moe", 1, [&] {
          be.moe({.x = xn->as<float>(), .ids = rids->as<int32_t>(), .weights = rw->as<float>(), .gate = L.gate_exps, .up = L.up_exps, .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b, .out = proj->as<float>(), .n_tok = n, .k = c.n_expert_used}); }},
+      {"matmul output", 1.0 / static_cast<double>(c.n_layer), [&] {
+         be.matmul({.w = m.weights().output, .bias = nullptr, .x = xn->as<float>(), .y = logits->as<float>(), .n_tok = n}); }},
   };
   std::printf("prefill ops at %lld tokens (eager, one full-attention layer's ops)\n", (long long)n);
   std::printf("%-20s %10s %12s\n", "op", "ms", "ms/forward");
@@ -284,7 +287,8 @@ void prefill_op_costs(model::Model& m, int64_t n) {
 
 // Batched decode, llama-batched-bench style: N sequences, each a 128-token prompt (one
 // prefill call for all of them), then 128 steps of ONE forward call with one token per
-// sequence (greedy on the host from the downloaded logits, as the engine does today).
+// sequence (greedy on the GPU, only the token ids come back: what the engine does for
+// greedy requests without logprobs).
 // Aggregate tok/s counts the decode tokens only.
 void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n_prompt, int64_t n_steps) {
   const auto& c = m.config();
@@ -297,7 +301,7 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
       if (!m.add_sequence(base + static_cast<int32_t>(i)).is_ok()) return;
       prompts[i].resize(n_prompt);
       for (int64_t t = 0; t < n_prompt; ++t) prompts[i][t] = static_cast<int32_t>((i * 131 + t * 7919 + 5) % c.n_vocab);
-      chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = prompts[i], .pos0 = 0};
+      chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = prompts[i], .pos0 = 0, .greedy = true};
     }
     model::ForwardOutput out;
     double t0 = now();
@@ -305,14 +309,14 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
     m.backend().synchronize();
     const double t_pre = now() - t0;
     std::vector<int32_t> next(n);
-    for (int64_t i = 0; i < n; ++i) next[i] = static_cast<int32_t>(std::max_element(out.row(i), out.row(i) + c.n_vocab) - out.row(i));
+    for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
     t0 = now();
     for (int64_t step = 0; step < n_steps; ++step) {
       for (int64_t i = 0; i < n; ++i)
         chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
-                     .pos0 = static_cast<int32_t>(n_prompt + step)};
+                     .pos0 = static_cast<int32_t>(n_prompt + step), .greedy = true};
       if (Status st = m.forward(chunks, out); !st.is_ok()) { std::fprintf(stderr, "%s\n", st.message().c_str()); return; }
-      for (int64_t i = 0; i < n; ++i) next[i] = static_cast<int32_t>(std::max_element(out.row(i), out.row(i) + c.n_vocab) - out.row(i));
+      for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
     }
     const double secs = now() - t0;
     std::printf("%-12lld %12.0f %12.2f %12.0f\n", (long long)n, n * n_steps / secs, secs * 1e3 / n_steps,

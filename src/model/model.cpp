@@ -128,6 +128,7 @@ Status Model::ensure_scratch(int64_t n_tok, int64_t n_out) {
     BRASS_TRY(grow(out_rows_, n_out * 4));
     BRASS_TRY(grow(out_x_, n_out * c.n_embd * sizeof(float)));
     BRASS_TRY(grow(logits_, n_out * c.n_vocab * sizeof(float)));
+    BRASS_TRY(grow(picks_, n_out * 4));
     cap_out_ = n_out;
     ++scratch_gen_;
   }
@@ -141,6 +142,7 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
   out.n_vocab = cfg_.n_vocab;
   out.row0.assign(batch.size(), 0);
   out.n_rows.assign(batch.size(), 0);
+  out.token.assign(batch.size(), -1);
   for (size_t c = 0; c < batch.size(); ++c) {
     const SeqChunk& ch = batch[c];
     if (!seen.insert(ch.seq_id).second)
@@ -159,7 +161,7 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
                               ch.seq_id, ch.tokens[i], i, cfg_.n_vocab);
     }
     out.row0[c] = total_rows;
-    out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+    out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : ch.greedy ? 0 : 1;
     total_rows += out.n_rows[c];
   }
   out.logits.assign(total_rows * cfg_.n_vocab, 0.0f);
@@ -182,7 +184,12 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
         s.out_dst = out.logits.data() + (out.row0[c] + off) * cfg_.n_vocab;
       } else if (end == n) {
         s.out_first = static_cast<int64_t>(s.tokens.size()) - 1;
-        s.out_dst = out.logits.data() + out.row0[c] * cfg_.n_vocab;
+        if (ch.greedy) {
+          s.out_dst = nullptr;
+          s.greedy_dst = &out.token[c];
+        } else {
+          s.out_dst = out.logits.data() + out.row0[c] * cfg_.n_vocab;
+        }
       } else {
         s.out_first = -1;
         s.out_dst = nullptr;
@@ -230,12 +237,22 @@ Status Model::forward_round(std::span<const Step> steps) {
   }
   if (n_out > 0) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
+    // Greedy rows: the argmax of every output row on the backend, only the ids come back.
+    std::vector<int32_t> picks;
+    if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
+      be.argmax({.x = lg, .out = picks_->as<int32_t>(), .n_rows = n_out, .n = c.n_vocab});
+      picks.resize(n_out);
+      be.download(picks.data(), picks_->data(), n_out * sizeof(int32_t));
+    }
     be.synchronize();
     int64_t row = 0;
     for (const Step& s : steps) {
       if (s.out_first < 0) continue;
       const int64_t n = static_cast<int64_t>(s.tokens.size()) - s.out_first;
-      be.download(s.out_dst, lg + row * c.n_vocab, n * c.n_vocab * sizeof(float));
+      if (s.greedy_dst)
+        *s.greedy_dst = picks[row + n - 1];
+      else
+        be.download(s.out_dst, lg + row * c.n_vocab, n * c.n_vocab * sizeof(float));
       row += n;
     }
   }

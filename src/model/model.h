@@ -43,13 +43,18 @@ struct SeqChunk {
   std::span<const int32_t> tokens;
   int32_t pos0 = 0;
   bool all_logits = false;
+  // The chunk's last row is picked greedily on the backend (argmax, ties: the lower index)
+  // and only the token comes back (ForwardOutput::token): no logits row for this chunk.
+  // Ignored with all_logits.
+  bool greedy = false;
 };
 
 struct ForwardOutput {
   int64_t n_vocab = 0;
   std::vector<float> logits;   // (total rows, n_vocab), chunks in batch order
   std::vector<int64_t> row0;   // per chunk: its first row
-  std::vector<int64_t> n_rows; // per chunk: 1, or its token count when all_logits
+  std::vector<int64_t> n_rows; // per chunk: 1, its token count when all_logits, 0 when greedy
+  std::vector<int32_t> token;  // per chunk: the greedy pick of a `greedy` chunk, else -1
   const float* row(size_t chunk, int64_t i = 0) const {
     return logits.data() + (row0[chunk] + i) * n_vocab;
   }
@@ -100,7 +105,8 @@ class Model {
     std::span<const int32_t> tokens;
     int64_t pos0;
     int64_t out_first;   // first token index (within the sub-chunk) that needs logits; -1: none
-    float* out_dst;      // where those rows go (host)
+    float* out_dst;      // where those rows go (host); null with greedy_dst
+    int32_t* greedy_dst = nullptr;  // greedy chunk's last sub-chunk: the argmax of its last row goes here
   };
   Model() = default;
   Status forward_round(std::span<const Step> steps);
@@ -131,7 +137,7 @@ class Model {
   // Scratch (backend memory), sized for the largest round so far.
   int64_t cap_tok_ = 0, cap_out_ = 0;
   std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_, tok_, pos_;
-  std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_;
+  std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_, picks_;
   uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)
   std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
 };

@@ -195,7 +195,9 @@ class Engine::Impl {
   void admit();
   void start_sequence(const std::shared_ptr<ReqState>& r, int32_t index);
   void step();
-  void sample(Seq& s, const float* row);
+  // row: the logits row; null when the backend picked greedily (`picked`).
+  void sample(Seq& s, const float* row, int32_t picked = -1);
+  bool device_greedy(const Seq& s) const;
   void finish(Seq& s, FinishReason why, int32_t token, const std::string& err);
   void finish_completion(ReqState& r, int32_t index, FinishReason why, int32_t token, const std::string& err);
   void maybe_done(ReqState& r);
@@ -458,8 +460,10 @@ void Engine::Impl::step() {
   int64_t n_tok = 0;
   for (const SchedChunk& c : plan) {
     Seq& s = *running[c.index];
-    batch.push_back({s.seq_id, std::span<const int32_t>(s.tokens).subspan(s.computed, c.n_tokens),
-                     static_cast<int32_t>(s.computed), false});
+    batch.push_back({.seq_id = s.seq_id,
+                     .tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, c.n_tokens),
+                     .pos0 = static_cast<int32_t>(s.computed),
+                     .greedy = device_greedy(s)});
     if (!s.req->scheduled) {
       s.req->scheduled = true;
       s.req->t_first_sched = now;
@@ -498,22 +502,36 @@ void Engine::Impl::step() {
         if (!sn) BRASS_LOG_WARN("engine: window snapshot: {}", sn.message());
       }
     }
-    if (plan[i].completes && !s.req->cancelled) sample(s, out.row(i));
+    if (plan[i].completes && !s.req->cancelled) sample(s, out.token[i] >= 0 ? nullptr : out.row(i), out.token[i]);
   }
 }
 
-void Engine::Impl::sample(Seq& s, const float* row) {
-  std::span<const float> logits(row, static_cast<size_t>(n_vocab));
-  if (s.constraint) {
-    masked.assign(row, row + n_vocab);
-    Status st = s.constraint->apply(std::span<const int32_t>(s.tokens).subspan(s.n_prompt), masked);
-    if (!st) {
-      finish(s, FinishReason::kError, -1, st.message());
-      return;
+// A greedy pick needs nothing from the logits row but its argmax: the model computes it
+// on the backend (same rule as sampling::argmax: ties to the lower index).
+bool Engine::Impl::device_greedy(const Seq& s) const {
+  const SamplerParams& p = s.req->req.sampling;
+  const bool penalties = p.penalty_last_n != 0 && (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                                   p.frequency_penalty != 0.0f);
+  return p.temperature <= 0.0f && !penalties && p.n_logprobs == 0 && !s.req->req.token_logprob && !s.constraint;
+}
+
+void Engine::Impl::sample(Seq& s, const float* row, int32_t picked) {
+  SampleResult r;
+  if (row == nullptr) {
+    r.token = picked;
+  } else {
+    std::span<const float> logits(row, static_cast<size_t>(n_vocab));
+    if (s.constraint) {
+      masked.assign(row, row + n_vocab);
+      Status st = s.constraint->apply(std::span<const int32_t>(s.tokens).subspan(s.n_prompt), masked);
+      if (!st) {
+        finish(s, FinishReason::kError, -1, st.message());
+        return;
+      }
+      logits = masked;
     }
-    logits = masked;
+    r = s.sampler.sample(logits, s.tokens);
   }
-  SampleResult r = s.sampler.sample(logits, s.tokens);
   const auto now = Clock::now();
   ReqState& q = *s.req;
   s.tokens.push_back(r.token);

@@ -120,6 +120,10 @@ struct Request {
   int64_t max_tokens = -1;           // per completion; -1: until the context is full
   std::vector<int32_t> stop_tokens;  // e.g. <|return|>, <|call|>; the token ends with kStop
   int32_t n = 1;                     // completions
+  // false: Event::logprob is not computed (left 0). A greedy completion (temperature <= 0,
+  // no penalties, no constraint, no top alternatives) then picks its tokens on the model's
+  // backend and only the token id comes back (no logits row per step).
+  bool token_logprob = true;
   ConstraintFactory constraint;      // optional
   // Optional: receive events here (engine thread; must not block or call into the
   // Engine except RequestHandle::cancel) instead of through RequestHandle::next.

@@ -139,6 +139,7 @@ runtime::Request make_request(std::vector<int32_t> prompt, const GenParams& g, s
   r.max_tokens = g.max_tokens;
   r.stop_tokens = std::move(stops);
   r.n = g.n;
+  r.token_logprob = g.logprobs;  // without logprobs, greedy requests pick on the GPU
   return r;
 }
 

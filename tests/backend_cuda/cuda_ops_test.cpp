@@ -277,6 +277,61 @@ TEST_P(CudaOpsMode, MoeExperts) {
   }
 }
 
+// The grouped int8 MMA MoE (cuda_moe_mma.cu; int8 mode, MXFP4, 2+ tokens below the
+// tensor-core threshold) against the q8x twin: tiles of 8 / 16 / 32 tokens per pass (the
+// three kernel variants), an expert that receives every token (several passes), experts
+// that receive none, the real 2880 x 2880 shape; also == the per-slot dp4a path within the
+// same bound (both are the twin's numerics, summed in another order).
+TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  CudaBackendOptions o;
+  o.mma_moe_min_tok = 1 << 30;  // the per-slot path, for the cross-check
+  auto per_slot = make_cuda_backend(o);
+  ASSERT_TRUE(per_slot.is_ok());
+  SEED_TRACE(f.rng);
+  struct Case { int64_t n_embd, n_ff, n_expert, k, n_tok; int hot; int used; };
+  // hot >= 0: every token's first expert is `hot`; used: experts drawn from [0, used).
+  for (const Case& c : {Case{128, 192, 8, 4, 5, -1, 8}, Case{64, 128, 8, 2, 37, 1, 7}, Case{192, 64, 8, 4, 25, -1, 6},
+                        Case{2880, 2880, 32, 4, 16, -1, 32}, Case{64, 64, 4, 2, 2, 3, 4}}) {
+    SCOPED_TRACE(::testing::Message() << c.n_embd << "/" << c.n_ff << " experts " << c.n_expert << " tok " << c.n_tok);
+    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
+    HostWeight g(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert, amp * 4),
+        u(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert, amp * 4),
+        d(f.rng, DType::MXFP4, c.n_ff, c.n_embd, c.n_expert, amp);
+    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
+    std::vector<int32_t> ids(c.n_tok * c.k);
+    std::vector<float> w(c.n_tok * c.k);
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+      std::vector<int32_t> perm;
+      for (int i = 0; i < c.used; ++i)
+        if (i != c.hot) perm.push_back(i);
+      std::shuffle(perm.begin(), perm.end(), f.rng.gen);
+      if (c.hot >= 0) perm.insert(perm.begin(), c.hot);
+      for (int64_t j = 0; j < c.k; ++j) { ids[t * c.k + j] = perm[j]; w[t * c.k + j] = f.rng.uni(0, 1); }
+    }
+    const MoeArgs ref{.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view,
+                      .down = d.view, .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(),
+                      .out = nullptr, .n_tok = c.n_tok, .k = c.k};
+    const auto want = moe_q8x_twin(*f.cpu, ref, c.n_expert);
+    std::vector<float> got[2];
+    Backend* bes[2] = {f.gpu.get(), per_slot.value().get()};
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = *bes[b];
+      Dev dx = Dev::from(be, x), di = Dev::from(be, ids), dw = Dev::from(be, w), dgb = Dev::from(be, gb),
+          dub = Dev::from(be, ub), ddb = Dev::from(be, db), dout = Dev::poisoned<float>(be, want.size());
+      be.moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = on_gpu(be, g.view),
+              .up = on_gpu(be, u.view), .down = on_gpu(be, d.view), .gate_bias = dgb.as<float>(),
+              .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(), .out = dout.as<float>(), .n_tok = c.n_tok,
+              .k = c.k});
+      got[b] = dout.get<float>(want.size());
+    }
+    expect_close(got[0], want, 1e-3, 1e-5, "grouped mma moe vs twin");
+    expect_close(got[0], got[1], 1e-3, 1e-5, "grouped mma moe vs per-slot dp4a moe");
+  }
+}
+
 // router then moe on device-resident logits, as the decode layer issues them: the ids /
 // weights must come out as the reference router's, and the output as the reference
 // router + MoE (twin) composition (a backend that fuses or defers the router, as

@@ -9,6 +9,7 @@
 // - truncation for prefix reuse reproduces the original logits; bad input is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <random>
@@ -118,6 +119,47 @@ TEST(Model, BatchOfThreeEqualsSeparateCalls) {
     ForwardOutput one;
     ASSERT_TRUE(separate->forward({&mixed[s], 1}, one).is_ok());
     expect_rows_near(out.row(s), one.row(0), V, 1e-5, "mixed sequence " + std::to_string(s));
+  }
+}
+
+// Greedy chunks: only the argmax token of the last row comes back (computed by the
+// backend's argmax op), equal to the host argmax of the same row computed as logits by a
+// twin model; mixed with logits chunks in one batch, and split over rounds.
+TEST(Model, GreedyChunksReturnTheArgmaxOfTheirLastRow) {
+  Fixture f;
+  FIX_TRACE(f);
+  ModelOptions o;
+  o.max_chunk_tokens = 4;  // the 9-token prompt takes three rounds
+  auto greedy = f.load(o), logits = f.load(o);
+  ASSERT_TRUE(greedy && logits);
+  const int64_t V = greedy->config().n_vocab;
+  auto host_argmax = [&](const float* row) {
+    return static_cast<int32_t>(std::max_element(row, row + V) - row);
+  };
+  std::vector<std::vector<int32_t>> toks = {f.tokens(9), f.tokens(1), f.tokens(3)};
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(greedy->add_sequence(s).is_ok());
+    ASSERT_TRUE(logits->add_sequence(s).is_ok());
+  }
+  std::vector<int32_t> pos(3, 0);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<SeqChunk> g, l;
+    for (int s = 0; s < 3; ++s) {
+      g.push_back({.seq_id = s, .tokens = toks[s], .pos0 = pos[s], .greedy = s != 1});
+      l.push_back({.seq_id = s, .tokens = toks[s], .pos0 = pos[s]});
+    }
+    ForwardOutput go, lo;
+    ASSERT_TRUE(greedy->forward(g, go).is_ok());
+    ASSERT_TRUE(logits->forward(l, lo).is_ok());
+    EXPECT_EQ(go.token[1], -1);
+    EXPECT_EQ(go.n_rows[0], 0);
+    expect_rows_near(go.row(1), lo.row(1), V, 1e-5, "logits chunk in a greedy batch");
+    for (int s = 0; s < 3; ++s) {
+      const int32_t want = host_argmax(lo.row(s));
+      if (s != 1) EXPECT_EQ(go.token[s], want) << "step " << step << " sequence " << s;
+      pos[s] += static_cast<int32_t>(toks[s].size());
+      toks[s] = {want};
+    }
   }
 }
 

@@ -86,7 +86,8 @@ class CudaGraph final : public Graph {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool q8x, const TcOptions* tc) : device_(device), q8x_(q8x) {
+  CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok)
+      : device_(device), q8x_(q8x), mma_moe_min_tok_(mma_moe_min_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     cudaDeviceProp prop{};
@@ -212,6 +213,10 @@ class CudaBackend final : public Backend {
     const MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
                  a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
     if (tc_ && tc_->moe(p)) return;
+    if (q8x_ && p.n_tok >= mma_moe_min_tok_ && moe_mma_supported(p)) {
+      launch_moe_mma(p, mma_.get(static_cast<size_t>(moe_mma_scratch_bytes(p))), st_);
+      return;
+    }
     if (q8x_ && moe_q8x_supported(p))
       launch_moe_q8x(p, act, st_);
     else
@@ -286,11 +291,12 @@ class CudaBackend final : public Backend {
 
   int device_;
   bool q8x_;
+  int64_t mma_moe_min_tok_;  // tokens per call from which the MoE runs on the grouped int8 MMA kernels
   std::string name_;
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
-  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_;
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   int64_t upload_bytes_ = 0;
   double upload_seconds_ = 0.0;
@@ -324,7 +330,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   TcOptions tc{.enabled = true, .min_tok_dense = o.tc_min_tok_dense, .min_slots_per_expert = o.tc_min_slots_per_expert};
   // Measurement knob: the MoE's tensor-core threshold in slots per expert.
   if (const char* m = std::getenv("BRASS_CUDA_TC_MOE_MIN"); m && std::atoll(m) > 0) tc.min_slots_per_expert = std::atoll(m);
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr));
+  int64_t mma_min = o.mma_moe_min_tok;
+  if (const char* m = std::getenv("BRASS_CUDA_MMA_MOE_MIN"); m && std::atoll(m) > 0) mma_min = std::atoll(m);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

@@ -38,6 +38,11 @@ struct CudaBackendOptions {
   // tensor cores' (BRASS_CUDA_TC_MOE_MIN overrides the MoE threshold).
   int64_t tc_min_tok_dense = 16;
   int64_t tc_min_slots_per_expert = 16;
+  // Below the tensor-core threshold, MXFP4 MoE calls of at least this many tokens run on
+  // the grouped int8 MMA kernels (cuda_moe_mma.cu: each touched expert read once per call
+  // for all its tokens); smaller calls (single-stream decode) on the per-slot dp4a kernels.
+  // Only with int8_activations; BRASS_CUDA_MMA_MOE_MIN overrides.
+  int64_t mma_moe_min_tok = 2;
 };
 
 // A CUDA backend. Fails when no device is usable.

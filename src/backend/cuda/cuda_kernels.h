@@ -168,6 +168,13 @@ void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, cons
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
                         float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st);
 
+// ---- cuda_moe_mma.cu (int8 MMA from MXFP4, each touched expert read once per call) ----
+bool moe_mma_supported(const MoeP& a);
+int64_t moe_mma_scratch_bytes(const MoeP& a);
+// Grouping, token quantization, gate/up + SwiGLU, down, combine: five launches, no host
+// sync (capturable). scratch: moe_mma_scratch_bytes(a) bytes.
+void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
+
 // ---- cuda_moe.cu ----
 void launch_moe(const MoeP& a, float* act, cudaStream_t st);  // act: n_tok * k * n_ff floats
 
