@@ -11,7 +11,8 @@
 // BRASS_CUDA_PDL=0 (plain launches), BRASS_CUDA_TC=0 (no tensor-core paths),
 // BRASS_CUDA_TC_MOE_MIN N (MoE tensor-core threshold in slots per expert, default 16),
 // BRASS_CUDA_MMA_MOE_MIN N (tokens per call from which the MoE uses the grouped int8 MMA
-// kernels, default 2).
+// kernels, default 2), BRASS_CUDA_MMA_DENSE_MAX N (dense matmuls of 2..N tokens on the
+// int8 MMA kernel, default 64; 0: off).
 #pragma once
 
 #include <optional>

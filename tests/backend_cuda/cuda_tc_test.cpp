@@ -76,7 +76,8 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
   struct Case { DType t; int64_t n_in, n_out, n_tok; };
   for (const Case& c : {Case{DType::Q8_0, 2880, 131, 32}, Case{DType::MXFP4, 96, 1001, 77},
                         Case{DType::Q8_0, 64, 5120, 300}, Case{DType::MXFP4, 2880, 64, 513},
-                        Case{DType::BF16, 128, 40, 45}, Case{DType::F16, 256, 33, 64}}) {
+                        Case{DType::BF16, 128, 40, 45}, Case{DType::F16, 256, 33, 64},
+                        Case{DType::Q8_0, 32, 24, 70000}}) {  // more rows than a grid's y (65535)
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     W w(rng, c.t, c.n_in, c.n_out, 1, 1.0f);
     const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);

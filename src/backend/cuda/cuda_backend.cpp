@@ -86,8 +86,8 @@ class CudaGraph final : public Graph {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok)
-      : device_(device), q8x_(q8x), mma_moe_min_tok_(mma_moe_min_tok) {
+  CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok)
+      : device_(device), q8x_(q8x), mma_moe_min_tok_(mma_moe_min_tok), mma_dense_max_tok_(mma_dense_max_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     cudaDeviceProp prop{};
@@ -164,6 +164,10 @@ class CudaBackend final : public Backend {
   }
   void matmul(const MatmulArgs& a) override {
     const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
+    if (q8x_ && use_dense_mma(p)) {
+      launch_matmul_mma(p, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(p.n_tok, p.w.n_in))), st_);
+      return;
+    }
     if (tc_ && tc_->matmul(p)) return;
     if (q8x_ && q8x_supported(p.w))
       launch_matmul_q8x(p, st_);
@@ -178,6 +182,16 @@ class CudaBackend final : public Backend {
     const KvStoreP p{a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos};
     if (!capturing() && launch_kv_store_multi(p, kvtab_.get(multi_table_bytes(seqs.size())), st_)) return;
     launch_kv_store(p, st_);
+  }
+  // The int8 MMA matmul (weight read once per 64 tokens) below the tensor-core threshold,
+  // where the alternative is the per-token dp4a mat-vec; above it only for big matrices
+  // (the output head), where the cuBLAS path's per-call 16-bit copy dominates. Measured at
+  // 64 tokens on the H200 (BENCHMARKS.md): output head 0.76 ms (MMA) vs 1.09 (cuBLAS), but
+  // wo 0.048 vs 0.037 and q/k/v 0.104 vs 0.089.
+  bool use_dense_mma(const MatmulP& p) const {
+    if (p.n_tok < 2 || p.n_tok > mma_dense_max_tok_ || !matmul_mma_supported(p.w)) return false;
+    constexpr int64_t kBigWeight = int64_t{256} << 20;
+    return !tc_ || p.n_tok < tc_->options().min_tok_dense || p.w.rows * p.w.n_in >= kBigWeight;
   }
   bool capturing() const {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -292,11 +306,12 @@ class CudaBackend final : public Backend {
   int device_;
   bool q8x_;
   int64_t mma_moe_min_tok_;  // tokens per call from which the MoE runs on the grouped int8 MMA kernels
+  int64_t mma_dense_max_tok_;  // dense matmuls of 2..this many tokens on the int8 MMA kernel
   std::string name_;
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
-  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   int64_t upload_bytes_ = 0;
   double upload_seconds_ = 0.0;
@@ -332,7 +347,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   if (const char* m = std::getenv("BRASS_CUDA_TC_MOE_MIN"); m && std::atoll(m) > 0) tc.min_slots_per_expert = std::atoll(m);
   int64_t mma_min = o.mma_moe_min_tok;
   if (const char* m = std::getenv("BRASS_CUDA_MMA_MOE_MIN"); m && std::atoll(m) > 0) mma_min = std::atoll(m);
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min));
+  int64_t dense_max = o.mma_dense_max_tok;
+  if (const char* m = std::getenv("BRASS_CUDA_MMA_DENSE_MAX"); m) dense_max = std::atoll(m);
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

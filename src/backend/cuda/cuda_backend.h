@@ -43,6 +43,10 @@ struct CudaBackendOptions {
   // for all its tokens); smaller calls (single-stream decode) on the per-slot dp4a kernels.
   // Only with int8_activations; BRASS_CUDA_MMA_MOE_MIN overrides.
   int64_t mma_moe_min_tok = 2;
+  // Dense Q8_0 / MXFP4 matmuls of 2..mma_dense_max_tok tokens run on the int8 MMA kernel
+  // (cuda_matmul_mma.cu: the weight read once per 64 tokens, no 16-bit copy); 0 turns it
+  // off. Only with int8_activations; BRASS_CUDA_MMA_DENSE_MAX overrides.
+  int64_t mma_dense_max_tok = 64;
 };
 
 // A CUDA backend. Fails when no device is usable.

@@ -66,7 +66,7 @@ __global__ void dequant_kernel(DevW w, T* __restrict__ dst, int64_t dst_stride, 
 template <class T>
 __global__ void to_half_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int div, T* dst,
                                int64_t n_rows, int64_t n) {
-  const int64_t i = blockIdx.y;
+  for (int64_t i = blockIdx.y; i < n_rows; i += gridDim.y) {  // grid.y is capped at 65535
   const int64_t src = rows ? rows[i] / div : i;
   for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; c < n;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x * 4) {
@@ -79,6 +79,7 @@ __global__ void to_half_kernel(const float* __restrict__ x, const int32_t* __res
     } else {
       for (int64_t j = c; j < n; ++j) dst[i * n + j] = from_f32<T>(x[src * n + j]);
     }
+  }
   }
 }
 
@@ -170,7 +171,8 @@ void launch_dequant_half(const DevW& w, void* dst, int64_t dst_stride, int64_t d
 void launch_to_half(const float* x, const int32_t* rows, int div, void* dst, bool bf16, int64_t n_rows, int64_t n,
                     cudaStream_t st) {
   if (n_rows <= 0) return;
-  dim3 g(static_cast<unsigned>(std::min<int64_t>((n / 4 + 255) / 256 + 1, 16)), static_cast<unsigned>(n_rows));
+  dim3 g(static_cast<unsigned>(std::min<int64_t>((n / 4 + 255) / 256 + 1, 16)),
+         static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)));
   if (bf16)
     to_half_kernel<__nv_bfloat16><<<g, 256, 0, st>>>(x, rows, div, static_cast<__nv_bfloat16*>(dst), n_rows, n);
   else

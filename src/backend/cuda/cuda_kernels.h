@@ -175,6 +175,11 @@ int64_t moe_mma_scratch_bytes(const MoeP& a);
 // sync (capturable). scratch: moe_mma_scratch_bytes(a) bytes.
 void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
 
+// ---- cuda_matmul_mma.cu (int8 MMA for 2..64 tokens, the weight read once per 64) ----
+bool matmul_mma_supported(const DevW& w);
+int64_t matmul_mma_scratch_bytes(int64_t n_tok, int64_t n_in);
+void launch_matmul_mma(const MatmulP& a, void* scratch, cudaStream_t st);
+
 // ---- cuda_moe.cu ----
 void launch_moe(const MoeP& a, float* act, cudaStream_t st);  // act: n_tok * k * n_ff floats
 

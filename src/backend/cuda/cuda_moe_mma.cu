@@ -11,160 +11,16 @@
 // re-quantized the same way before the down projection. Only the f32 summation order of
 // the per-block terms differs.
 //
-// Fragment mapping (PTX ISA, mma.m16n8k32 .s8): thread (g = lane / 4, t = lane % 4) holds
-// A words {row g, k 4t..4t+3}, {row g+8, ...}, {row g, k 16+4t..}, {row g+8, 16+4t..}, B
-// words {k 4t.., col g}, {k 16+4t.., col g}, C {row g, cols 2t, 2t+1}, {row g+8, ...}.
-// Word t of an MXFP4 block (bytes 4t..4t+3) holds elements 4t..4t+3 (low nibbles) and
-// 16+4t.. (high); decoded with the nibbles as byte-permute selectors (mx_signed) it gives
-// elements in the "MXFP4 order" of cuda_common.cuh's mx_pos, so the activations, stored in
-// that order, supply B as the 8 bytes at 8t of their 32-group. A warp loads 8 bytes per
-// row and lane (full 32-byte sectors: blocks 2p and 2p+1); a two-round quad shuffle hands
-// every lane word t of both blocks.
+// Kernel building blocks and the fragment mapping: cuda_mma.cuh.
 #include <algorithm>
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/oai_swiglu.h"
 
 namespace brass::backend::cuda {
 namespace {
 
-constexpr int kKs = 4;     // warps per block; they split the K dimension
-constexpr int kRows = 32;  // weight rows per block (two m16 tiles; one int8 group of the SwiGLU output)
-
-__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four MXFP4 codes (the selector nibbles in v's low 16 bits) -> four signed int8 (doubled
-// E2M1). P: the positive codes' magnitudes (a negative code's selector has bit 3 set and
-// reads a sign byte of 0); N: the negative codes' magnitudes (complemented selectors,
-// reversed table; see mx_dot). P and N are disjoint and < 0x80, so P - N per byte is
-// ((P | 0x80..) - N) ^ 0x80.. without borrows.
-__device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
-  const uint32_t p = prmt(0x03020100u, 0x0C080604u, v), n = prmt(0x0406080Cu, 0x00010203u, ~v);
-  return ((p | 0x80808080u) - n) ^ 0x80808080u;
-}
-
-// The quad shuffle: lane t of a quad loaded l = bytes 8t..8t+7 of a row's 32-byte pair
-// (block 2p + t / 2, words 2 (t % 2) and 2 (t % 2) + 1); afterwards wa / wb = word t of
-// block 2p / 2p + 1. Round r: every lane sends its element r ^ (t / 2); lane t reads block
-// 2p's owner (lane t / 2) in round t % 2 and block 2p + 1's owner (lane 2 + t / 2) in the
-// other round: each gets the element it needs.
-struct QuadXpose {
-  int src0, src1;
-  bool hi, odd;
-  __device__ explicit QuadXpose(int lane) {
-    const int t = lane & 3, q = lane & ~3, sa = q | (t >> 1), sb = q | (2 + (t >> 1));
-    odd = t & 1;
-    hi = t >> 1;
-    src0 = odd ? sb : sa;
-    src1 = odd ? sa : sb;
-  }
-  __device__ __forceinline__ void operator()(uint2 l, uint32_t& wa, uint32_t& wb) const {
-    const uint32_t v0 = __shfl_sync(0xffffffffu, hi ? l.y : l.x, src0);
-    const uint32_t v1 = __shfl_sync(0xffffffffu, hi ? l.x : l.y, src1);
-    wa = odd ? v1 : v0;
-    wb = odd ? v0 : v1;
-  }
-};
-
-// Token columns of one pass: tile j's B column g and C columns 2t, 2t + 1.
-template <int NT>
-struct Cols {
-  const int8_t* b[NT];     // B source row (32-groups in MXFP4 order), null: no column
-  const float* s[NT][2];   // scales of C columns 2t, 2t + 1, null: no column
-};
-
-// The per-warp K loop shared by gate/up (NM = 2 matrices) and down (NM = 1): rows
-// r0 + g + 8 i (i < 4) of each matrix, pairs of blocks p = warp, warp + kKs, ...; acc[m][mt][j][c]
-// accumulates C fragment c of m-tile mt (rows g + 16 mt, g + 8 + 16 mt), tile j.
-template <int NM, int NT>
-__device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
-                                       int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4]) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-  const int nb = n / 32, np = nb / 2;
-  const QuadXpose xp(lane);
-  const uint8_t* q[NM];
-  const uint8_t* s[NM];
-#pragma unroll
-  for (int m = 0; m < NM; ++m) {
-    q[m] = wq[m] + (r0 + g) * (n / 2) + 8 * t;
-    s[m] = wsc[m] + (r0 + g) * nb;
-  }
-  const int64_t rstride = static_cast<int64_t>(8) * (n / 2), sstride = static_cast<int64_t>(8) * nb;
-#pragma unroll 1
-  for (int p = warp; p < np; p += kKs) {
-    uint2 wv[NM][4];
-    uint32_t ex[NM][4];
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        wv[m][i] = __ldg(reinterpret_cast<const uint2*>(q[m] + i * rstride + 32 * p));
-        ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride + 2 * p));
-      }
-    uint2 bv[NT][2];
-    float xs[NT][2][2];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {
-        bv[j][blk] = cols.b[j] ? __ldg(reinterpret_cast<const uint2*>(cols.b[j] + 32 * (2 * p + blk))) : make_uint2(0, 0);
-#pragma unroll
-        for (int c = 0; c < 2; ++c) xs[j][blk][c] = cols.s[j][c] ? __ldg(cols.s[j][c] + 2 * p + blk) : 0.f;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < NM; ++m) {
-      uint32_t wa[4], wb[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xp(wv[m][i], wa[i], wb[i]);
-#pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {
-        const uint32_t* wd = blk ? wb : wa;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const uint32_t lo = wd[2 * mt], hi = wd[2 * mt + 1];
-          const uint32_t a0 = mx_signed(lo), a1 = mx_signed(hi), a2 = mx_signed(lo >> 16), a3 = mx_signed(hi >> 16);
-          const float ws0 = e8m0_half(static_cast<uint8_t>(ex[m][2 * mt] >> (8 * blk)));
-          const float ws1 = e8m0_half(static_cast<uint8_t>(ex[m][2 * mt + 1] >> (8 * blk)));
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            int c[4] = {0, 0, 0, 0};
-            mma_s8(c, a0, a1, a2, a3, bv[j][blk].x, bv[j][blk].y);
-            acc[m][mt][j][0] += static_cast<float>(c[0]) * (ws0 * xs[j][blk][0]);
-            acc[m][mt][j][1] += static_cast<float>(c[1]) * (ws0 * xs[j][blk][1]);
-            acc[m][mt][j][2] += static_cast<float>(c[2]) * (ws1 * xs[j][blk][0]);
-            acc[m][mt][j][3] += static_cast<float>(c[3]) * (ws1 * xs[j][blk][1]);
-          }
-        }
-      }
-    }
-  }
-  (void)t;
-}
-
-// Warps 1.. add their partial sums into warp 0's registers (through shared memory).
-template <int NA>
-__device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (warp > 0)
-#pragma unroll
-    for (int i = 0; i < NA; ++i) red[(warp - 1) * NA + i][lane] = acc[i];
-  __syncthreads();
-  if (warp == 0)
-#pragma unroll
-    for (int w = 0; w < kKs - 1; ++w)
-#pragma unroll
-      for (int i = 0; i < NA; ++i) acc[i] += red[w * NA + i][lane];
-  __syncthreads();
-}
-
-// Row rho of a thread's C fragment c in m-tile mt.
-__device__ __forceinline__ int c_row(int g, int mt, int c) { return g + 8 * (c >> 1) + 16 * mt; }
+using namespace mma;
 
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
@@ -202,7 +58,7 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_gate_up_mma_kernel(
       }
     }
     float acc[2][2][NT][4] = {};
-    k_loop<2, NT>(wq, wsc, r0, n, cols, acc);
+    k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
 #pragma unroll
@@ -271,7 +127,7 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_down_mma_kernel(DevW down, con
       }
     }
     float acc[1][2][NT][4] = {};
-    k_loop<1, NT>(wq, wsc, r0, n, cols, acc);
+    k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
 #pragma unroll
@@ -290,7 +146,7 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_down_mma_kernel(DevW down, con
 // x (n_tok, n) -> xq (n_tok, n) int8 in MXFP4 order + xd (n_tok, n / 32): one block per row.
 __global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
   const int64_t r = blockIdx.x;
-  quantize_x_smem<true>(x + r * n, n, xq + r * n, xd + r * (n / 32));
+  quantize_row_mma<kMX>(x + r * n, n, xq + r * n, xd + r * (n / 32));
 }
 
 // Scratch areas of one call (carved from one buffer by launch_moe_mma).

@@ -1,0 +1,217 @@
+// Int8 tensor-core (mma.sync m16n8k32 s8) building blocks for "few tokens, read each
+// weight byte once" kernels (the grouped MoE, cuda_moe_mma.cu; dense matmuls of 2..64
+// tokens, cuda_matmul_mma.cu): weights stay in their device layout (Q8_0 / MXFP4 split,
+// cuda_common.cuh) and feed the A operand directly; activations are quantized per 32 as
+// quant::quantize_row(Q8_0) does (the q8x numerics: a block's integer dot is exact, then
+// scaled by the two block scales in f32), so the q8x CPU twins apply.
+//
+// Fragment mapping (PTX ISA, mma.m16n8k32 .s8): thread (g = lane / 4, t = lane % 4) holds
+// A words {row g, k 4t..4t+3}, {row g+8, ...}, {row g, k 16+4t..}, {row g+8, 16+4t..}, B
+// words {k 4t.., col g}, {k 16+4t.., col g}, C {row g, cols 2t, 2t+1}, {row g+8, ...}.
+// - MXFP4: word t of a block (bytes 4t..4t+3) holds elements 4t..4t+3 (low nibbles) and
+//   16+4t.. (high); decoded with the nibbles as byte-permute selectors (mx_signed) it
+//   gives elements in cuda_common.cuh's MXFP4 order (mx_pos), so activations stored in
+//   that order supply B as the 8 bytes at 8t of their 32-group. One K step = a pair of
+//   blocks (32 bytes of a row).
+// - Q8_0: words t and t + 4 of a block are A's k 4t.. and 16+4t..; activations stored in
+//   "MMA order" (q8_mma_pos: the two words a thread needs side by side) supply B as the 8
+//   bytes at 8t. One K step = one block (32 bytes of a row).
+// A warp loads 8 bytes per row and lane (a row's 32 bytes over a quad: full sectors); a
+// two-round quad shuffle (QuadXpose) hands every lane the two words it needs.
+#pragma once
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace brass::backend::cuda::mma {
+
+constexpr int kKs = 4;     // warps per block; they split the K dimension
+constexpr int kRows = 32;  // weight rows per block (two m16 tiles)
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four MXFP4 codes (the selector nibbles in v's low 16 bits) -> four signed int8 (doubled
+// E2M1). P: the positive codes' magnitudes (a negative code's selector has bit 3 set and
+// reads a sign byte of 0); N: the negative codes' magnitudes (complemented selectors,
+// reversed table; see mx_dot). P and N are disjoint and < 0x80, so P - N per byte is
+// ((P | 0x80..) - N) ^ 0x80.. without borrows.
+__device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
+  const uint32_t p = prmt(0x03020100u, 0x0C080604u, v), n = prmt(0x0406080Cu, 0x00010203u, ~v);
+  return ((p | 0x80808080u) - n) ^ 0x80808080u;
+}
+
+// Position of element e (0..31) of a Q8_0-activation group in MMA order: words (e / 4) and
+// (e / 4 + 4) of the natural order side by side.
+__device__ __forceinline__ int q8_mma_pos(int e) { return 8 * ((e & 15) >> 2) + 4 * (e >> 4) + (e & 3); }
+
+// The quad shuffle: lane t of a quad holds l = words 2t, 2t + 1 of a row's 32 bytes;
+// afterwards wa / wb = word t / word t + 4. Round r: every lane sends its element
+// r ^ (t / 2); lane t reads word t's owner (lane t / 2) in round t % 2 and word t + 4's
+// owner (lane 2 + t / 2) in the other round: each gets the element it needs. (MXFP4 pair:
+// word t + 4 is word t of the second block.)
+struct QuadXpose {
+  int src0, src1;
+  bool hi, odd;
+  __device__ explicit QuadXpose(int lane) {
+    const int t = lane & 3, q = lane & ~3, sa = q | (t >> 1), sb = q | (2 + (t >> 1));
+    odd = t & 1;
+    hi = t >> 1;
+    src0 = odd ? sb : sa;
+    src1 = odd ? sa : sb;
+  }
+  __device__ __forceinline__ void operator()(uint2 l, uint32_t& wa, uint32_t& wb) const {
+    const uint32_t v0 = __shfl_sync(0xffffffffu, hi ? l.y : l.x, src0);
+    const uint32_t v1 = __shfl_sync(0xffffffffu, hi ? l.x : l.y, src1);
+    wa = odd ? v1 : v0;
+    wb = odd ? v0 : v1;
+  }
+};
+
+// Token columns of one pass: tile j's B column g and C columns 2t, 2t + 1.
+template <int NT>
+struct Cols {
+  const int8_t* b[NT];    // B source row + 8t (quantized activations), null: no column
+  const float* s[NT][2];  // scale rows of C columns 2t, 2t + 1, null: no column
+};
+
+// One K step's operands of a warp.
+template <int TYPE, int NM, int NT>
+struct Stage {
+  static constexpr int kBlk = TYPE == kMX ? 2 : 1;  // 32-element blocks per K step
+  uint2 wv[NM][4];
+  float ws[NM][4][kBlk];
+  uint2 bv[NT][kBlk];
+  float xs[NT][kBlk][2];
+};
+
+// The per-warp K loop: rows r0 + g + 8 i (i < 4) of NM matrices (quants wq[m], scales
+// wsc[m]; same row indices), K steps p = warp, warp + KS, ...; acc[m][mt][j][c]
+// accumulates C fragment c of m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.
+template <int TYPE, int NM, int NT, int KS = kKs>
+__device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
+                                       int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4]) {
+  static_assert(TYPE == kMX || TYPE == kQ8, "int8 MMA: MXFP4 or Q8_0 weights");
+  using St = Stage<TYPE, NM, NT>;
+  constexpr int kBlk = St::kBlk;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  const int nb = n / 32, steps = nb / kBlk;
+  const int64_t rb = TYPE == kMX ? n / 2 : n;  // quant bytes per row
+  const QuadXpose xp(lane);
+  const uint8_t* q[NM];
+  const uint8_t* s[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    q[m] = wq[m] + (r0 + g) * rb + 8 * t;
+    s[m] = wsc[m] + (r0 + g) * nb * (TYPE == kMX ? 1 : 2);
+  }
+  const int64_t rstride = 8 * rb, sstride = static_cast<int64_t>(8) * nb * (TYPE == kMX ? 1 : 2);
+  auto load = [&](int p, St& st) {
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        st.wv[m][i] = __ldg(reinterpret_cast<const uint2*>(q[m] + i * rstride + 32 * p));
+        if constexpr (TYPE == kMX) {
+          const uint32_t ex = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride + 2 * p));
+          st.ws[m][i][0] = e8m0_half(static_cast<uint8_t>(ex));
+          st.ws[m][i][kBlk - 1] = e8m0_half(static_cast<uint8_t>(ex >> 8));
+        } else {
+          st.ws[m][i][0] = __half2float(__ldg(reinterpret_cast<const __half*>(s[m] + i * sstride) + p));
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int blk = 0; blk < kBlk; ++blk) {
+        const int b = kBlk * p + blk;
+        st.bv[j][blk] = cols.b[j] ? __ldg(reinterpret_cast<const uint2*>(cols.b[j] + 32 * b)) : make_uint2(0, 0);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) st.xs[j][blk][c] = cols.s[j][c] ? __ldg(cols.s[j][c] + b) : 0.f;
+      }
+  };
+  auto compute = [&](const St& st) {
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      uint32_t wa[4], wb[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xp(st.wv[m][i], wa[i], wb[i]);
+#pragma unroll
+      for (int blk = 0; blk < kBlk; ++blk)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          uint32_t a0, a1, a2, a3;
+          if constexpr (TYPE == kMX) {
+            const uint32_t lo = blk ? wb[2 * mt] : wa[2 * mt], hi = blk ? wb[2 * mt + 1] : wa[2 * mt + 1];
+            a0 = mx_signed(lo);
+            a1 = mx_signed(hi);
+            a2 = mx_signed(lo >> 16);
+            a3 = mx_signed(hi >> 16);
+          } else {
+            a0 = wa[2 * mt];
+            a1 = wa[2 * mt + 1];
+            a2 = wb[2 * mt];
+            a3 = wb[2 * mt + 1];
+          }
+          const float ws0 = st.ws[m][2 * mt][blk], ws1 = st.ws[m][2 * mt + 1][blk];
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, a0, a1, a2, a3, st.bv[j][blk].x, st.bv[j][blk].y);
+            acc[m][mt][j][0] += static_cast<float>(c[0]) * (ws0 * st.xs[j][blk][0]);
+            acc[m][mt][j][1] += static_cast<float>(c[1]) * (ws0 * st.xs[j][blk][1]);
+            acc[m][mt][j][2] += static_cast<float>(c[2]) * (ws1 * st.xs[j][blk][0]);
+            acc[m][mt][j][3] += static_cast<float>(c[3]) * (ws1 * st.xs[j][blk][1]);
+          }
+        }
+    }
+  };
+  // (Measured on the H200: loading step p + KS into a second Stage while step p computes
+  // made the MoE slower, 0.26 -> 0.33 ms per layer at 64 tokens, and the dense kernel no
+  // faster: the extra registers cost more occupancy than the overlap gained.)
+#pragma unroll 1
+  for (int p = warp; p < steps; p += KS) {
+    St st;
+    load(p, st);
+    compute(st);
+  }
+}
+
+// Warps 1.. add their partial sums (NA floats per lane) into warp 0's registers.
+template <int NA, int KS = kKs>
+__device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (warp > 0)
+#pragma unroll
+    for (int i = 0; i < NA; ++i) red[(warp - 1) * NA + i][lane] = acc[i];
+  __syncthreads();
+  if (warp == 0)
+#pragma unroll
+    for (int w = 0; w < KS - 1; ++w)
+#pragma unroll
+      for (int i = 0; i < NA; ++i) acc[i] += red[w * NA + i][lane];
+  __syncthreads();
+}
+
+// Row (within the block's 32) of a thread's C fragment c in m-tile mt.
+__device__ __forceinline__ int c_row(int g, int mt, int c) { return g + 8 * (c >> 1) + 16 * mt; }
+
+// Block-wide: row x (n floats, n % 32 == 0) -> xq (int8, MXFP4 order for MX weights, MMA
+// order for Q8_0) + xd (n / 32 scales), d = amax / 127 rounded to f16 as quantize_row(Q8_0).
+template <int TYPE>
+__device__ __forceinline__ void quantize_row_mma(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
+  for (int gi = warp; gi < n / 32; gi += nw) {
+    const float v = x[gi * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    xq[gi * 32 + (TYPE == kMX ? mx_pos(lane) : q8_mma_pos(lane))] = static_cast<int8_t>(roundf(v * id));
+    if (lane == 0) xd[gi] = __half2float(__float2half_rn(d));
+  }
+}
+
+}  // namespace brass::backend::cuda::mma
