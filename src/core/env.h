@@ -9,7 +9,7 @@
 // Read by the CUDA backend (backend/cuda/cuda_backend.cpp, which cannot use this header's
 // helpers from its .cu files): BRASS_CUDA_EXACT=1 (f32 activations, no tensor-core paths),
 // BRASS_CUDA_PDL=0 (plain launches), BRASS_CUDA_TC=0 (no tensor-core paths),
-// BRASS_CUDA_TC_MOE_MIN N (MoE tensor-core threshold in slots per expert, default 16),
+// BRASS_CUDA_TC_MOE_MIN N (MoE tensor-core threshold in slots per expert, default 256),
 // BRASS_CUDA_MMA_MOE_MIN N (tokens per call from which the MoE uses the grouped int8 MMA
 // kernels, default 2), BRASS_CUDA_MMA_DENSE_MAX N (dense matmuls of 2..N tokens on the
 // int8 MMA kernel, default 64; 0: off).

@@ -23,7 +23,9 @@ using brass::testing::make_tiny;
 using brass::testing::TempFile;
 using brass::testing::TinySpec;
 
-std::unique_ptr<Model> load(const std::string& path, const ModelOptions& o, bool cuda, bool q8x = false) {
+// tc_moe_min > 0: the MoE's tensor-core threshold in slots per expert (default: the backend's).
+std::unique_ptr<Model> load(const std::string& path, const ModelOptions& o, bool cuda, bool q8x = false,
+                            int64_t tc_moe_min = 0) {
   auto reader = gguf::Reader::open(path);
   EXPECT_TRUE(reader.is_ok()) << reader.status().message();
   if (!reader.is_ok()) return nullptr;
@@ -31,6 +33,7 @@ std::unique_ptr<Model> load(const std::string& path, const ModelOptions& o, bool
   if (cuda) {
     backend::CudaBackendOptions co;
     co.int8_activations = q8x;
+    if (tc_moe_min > 0) co.tc_min_slots_per_expert = tc_moe_min;
     auto b = backend::make_cuda_backend(co);
     EXPECT_TRUE(b.is_ok()) << b.status().message();
     if (!b.is_ok()) return nullptr;
@@ -47,7 +50,8 @@ int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max
 
 // q8x: int8 activations on the GPU; the reference stays f32, so logits agree only to
 // the activation quantization error (tol relative to the largest logit).
-void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false, int n_prompt = 21, int64_t chunk = 16) {
+void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false, int n_prompt = 21, int64_t chunk = 16,
+              int64_t tc_moe_min = 0) {
   backend::testing::Rng rng;
   SEED_TRACE(rng);
   TempFile file("cuda_model");
@@ -56,7 +60,7 @@ void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false, int 
   o.kv_type = kv;
   o.n_ctx = 256;
   o.max_chunk_tokens = chunk;
-  auto cpu = load(file.path, o, false), gpu = load(file.path, o, true, q8x);
+  auto cpu = load(file.path, o, false), gpu = load(file.path, o, true, q8x, tc_moe_min);
   ASSERT_TRUE(cpu && gpu);
   const int64_t V = spec.n_vocab;
   std::vector<int32_t> prompt(n_prompt);
@@ -142,10 +146,13 @@ TEST(CudaModel, Int8ActivationsStayCloseToReference) {
   run_case(DType::F16, TinySpec{}, 0.05, true);
 }
 
-// A 200-token prompt in one chunk: the dense matmuls and the MoE go through the
-// tensor-core (cuBLAS, 16-bit operands) paths; decode then continues on the int8 kernels.
+// A 200-token prompt in one chunk: the dense matmuls and (threshold lowered to 16 slots per
+// expert) the MoE go through the tensor-core (cuBLAS, 16-bit operands) paths; decode then
+// continues on the int8 kernels. With the default threshold the same prompt's MoE runs on
+// the grouped int8 MMA kernels (100 slots per expert).
 TEST(CudaModel, TensorCorePrefillStaysCloseToReference) {
   BRASS_REQUIRE_CUDA();
+  run_case(DType::F16, TinySpec{}, 0.05, true, 200, 256, 16);
   run_case(DType::F16, TinySpec{}, 0.05, true, 200, 256);
 }
 

@@ -31,13 +31,14 @@ struct CudaBackendOptions {
   // MoE from min_slots_per_expert slots per expert on average. Only with
   // int8_activations (the exact mode stays f32); BRASS_CUDA_TC=0 turns it off.
   bool tensor_cores = true;
-  // Thresholds measured on the H200 (BENCHMARKS.md, batched decode rows): the int8 mat-vec
-  // MoE reads each slot's expert rows, the tensor-core MoE dequantizes every touched expert
-  // to 16 bits once and runs per-expert GEMMs; at 64 streams (8 slots per expert) the
-  // mat-vec path still wins (966 vs 773 tok/s), prefill (64+ per expert) is the
-  // tensor cores' (BRASS_CUDA_TC_MOE_MIN overrides the MoE threshold).
+  // Thresholds measured on the H200 (BENCHMARKS.md): below min_slots_per_expert the MoE
+  // runs on the grouped int8 MMA kernels (each touched expert read once per pass of 32
+  // tokens); the tensor-core MoE dequantizes every touched expert to 16 bits per call and
+  // wins only with many tokens per expert: MoE per layer at 512 tokens (64 per expert)
+  // 1.19 ms MMA vs 1.40 cuBLAS, at 1024 2.08 vs ~2.2 (pp1024 16.3k vs 15.6k tok/s), at 2048
+  // pp2048 17.5k (MMA) vs 24.5k (cuBLAS). BRASS_CUDA_TC_MOE_MIN overrides.
   int64_t tc_min_tok_dense = 16;
-  int64_t tc_min_slots_per_expert = 16;
+  int64_t tc_min_slots_per_expert = 256;
   // Below the tensor-core threshold, MXFP4 MoE calls of at least this many tokens run on
   // the grouped int8 MMA kernels (cuda_moe_mma.cu: each touched expert read once per call
   // for all its tokens); smaller calls (single-stream decode) on the per-slot dp4a kernels.

@@ -25,7 +25,7 @@ namespace brass::backend::cuda {
 struct TcOptions {
   bool enabled = true;
   int64_t min_tok_dense = 16;        // dense matmul: tokens per call
-  int64_t min_slots_per_expert = 16; // moe: n_tok * k >= this * n_expert
+  int64_t min_slots_per_expert = 256; // moe: n_tok * k >= this * n_expert
 };
 
 class TensorCores {
