@@ -517,7 +517,11 @@ bool JsonValidator::step_syntax(uint8_t c) {
     case Mode::kUnicode:
       if (!is_hex(c)) return false;
       hex_val_ = hex_val_ * 16 + static_cast<uint32_t>(hex_value(c));
-      if (--hex_left_ == 0) {
+      // No surrogate escapes (\uD800-\uDFFF): a lone one is rejected by strict parsers
+      // (nlohmann, serde), so characters beyond the BMP are written as UTF-8. Cut at the
+      // second digit, so a prefix never dead-ends.
+      if (--hex_left_ == 2 && hex_val_ >= 0xD8 && hex_val_ <= 0xDF) return false;
+      if (hex_left_ == 0) {
         mode_ = Mode::kString;
         if (schema_ && !key_) {
           uint32_t cp = hex_val_;

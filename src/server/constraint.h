@@ -25,8 +25,9 @@
 //    additionalProperties is true or a schema (then undeclared keys follow that schema);
 //    required (the object cannot close before they appear); min/maxProperties;
 //  - array items, minItems/maxItems (the element / ']' is masked);
-//  - string minLength/maxLength in Unicode code points (a \uXXXX escape counts once, a
-//    surrogate pair once); pattern through PCRE2 partial matching (for patterns anchored
+//  - string minLength/maxLength in Unicode code points (a \uXXXX escape counts once;
+//    surrogate escapes \uD800-\uDFFF are masked everywhere: strict parsers reject lone
+//    ones, and UTF-8 says the same); pattern through PCRE2 partial matching (for patterns anchored
 //    with ^ a string prefix that cannot extend to a match is masked; unanchored ones are
 //    checked at the closing quote; under a pattern, \uXXXX escapes and tokens that split
 //    a UTF-8 character are masked, so a prefix never dead-ends inside one);

@@ -118,6 +118,18 @@ TEST(JsonValidator, AgreesWithOracleOnRandomBytes) {
   EXPECT_GT(n_accepted, 1000);
 }
 
+// Surrogate escapes are masked at their second hex digit (strict parsers reject lone
+// ones); other \u escapes and raw UTF-8 beyond the BMP pass.
+TEST(JsonValidator, SurrogateEscapesAreMasked) {
+  for (const char* bad : {"\"\\ud8", "\"\\uDC", "\"a\\uDf"}) {
+    JsonValidator v;
+    EXPECT_FALSE(v.feed(std::string_view(bad))) << bad;
+  }
+  JsonValidator ok;
+  EXPECT_TRUE(ok.feed(std::string_view("\"\\ud7ff\\u00e9\\uE000 \xf0\x9f\x98\x80\"")));
+  EXPECT_TRUE(ok.complete());
+}
+
 TEST(JsonValidator, RootObjectAndLimits) {
   JsonValidator v(/*root_object=*/true);
   EXPECT_FALSE(v.feed('['));
