@@ -176,6 +176,11 @@ int64_t moe_mma_scratch_bytes(const MoeP& a);
 void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
 
 // ---- cuda_matmul_mma.cu (int8 MMA for 2..64 tokens, the weight read once per 64) ----
+// x (n_rows, n) -> xq (n_rows, n) int8 + xd (n_rows, n / 32) scales, per 32 as
+// quant::quantize_row(Q8_0), in the element order the MMA kernels read for weight `type`
+// (kMX: MXFP4 order, kQ8: MMA order; cuda_mma.cuh).
+void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
+                              cudaStream_t st);
 bool matmul_mma_supported(const DevW& w);
 int64_t matmul_mma_scratch_bytes(int64_t n_tok, int64_t n_in);
 void launch_matmul_mma(const MatmulP& a, void* scratch, cudaStream_t st);

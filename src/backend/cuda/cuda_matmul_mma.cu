@@ -27,21 +27,11 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(DevW
   __shared__ float red[(KS - 1) * NA][kWarp];
   pdl_wait();
   pdl_trigger();
-  const int n = static_cast<int>(w.n_in), nb = n / 32;
+  const int n = static_cast<int>(w.n_in);
   const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int base = static_cast<int>(blockIdx.y) * 8 * NT;
-  Cols<NT> cols;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int tb = base + 8 * j + g;
-    cols.b[j] = tb < n_tok ? xq + static_cast<int64_t>(tb) * n + 8 * t : nullptr;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int tc = base + 8 * j + 2 * t + c;
-      cols.s[j][c] = tc < n_tok ? xd + static_cast<int64_t>(tc) * nb : nullptr;
-    }
-  }
+  const Cols<NT> cols = make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n);
   const uint8_t* const wq[1] = {w.q};
   const uint8_t* const wsc[1] = {w.s};
   float acc[1][2][NT][4] = {};
@@ -78,9 +68,7 @@ void launch_nt(const MatmulP& a, const int8_t* xq, const float* xd, cudaStream_t
 
 template <int TYPE>
 void launch_typed(const MatmulP& a, int8_t* xq, float* xd, cudaStream_t st) {
-  launch_pdl(quantize_rows_kernel<TYPE>, dim3(static_cast<unsigned>(a.n_tok)), dim3(256), 0, st, a.x,
-             static_cast<int>(a.w.n_in), xq, xd);
-  BRASS_CUDA_LAUNCHED();
+  launch_quantize_rows_mma(TYPE, a.x, a.n_tok, a.w.n_in, xq, xd, st);
   // Tokens per tile pass: up to 64, so a 64-stream step reads the weight once.
   if (a.n_tok <= 8)
     launch_nt<TYPE, 1>(a, xq, xd, st);
@@ -95,6 +83,17 @@ void launch_typed(const MatmulP& a, int8_t* xq, float* xd, cudaStream_t st) {
 int64_t al256(int64_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
+
+void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
+                              cudaStream_t st) {
+  if (n_rows <= 0) return;
+  const dim3 grid(static_cast<unsigned>(n_rows));
+  if (type == kMX)
+    launch_pdl(quantize_rows_kernel<kMX>, grid, dim3(256), 0, st, x, static_cast<int>(n), xq, xd);
+  else
+    launch_pdl(quantize_rows_kernel<kQ8>, grid, dim3(256), 0, st, x, static_cast<int>(n), xq, xd);
+  BRASS_CUDA_LAUNCHED();
+}
 
 bool matmul_mma_supported(const DevW& w) {
   if (w.type != kQ8 && w.type != kMX) return false;

@@ -88,6 +88,26 @@ struct Stage {
   float xs[NT][kBlk][2];
 };
 
+// The columns of one pass, [base, base + 8 NT) of n_cols: column i's activations are row
+// row_of(i) of xq (n int8 per row, this lane's 8 bytes at 8t) and xd (n / 32 scales).
+template <int NT, class RowOf>
+__device__ __forceinline__ Cols<NT> make_cols(int base, int n_cols, RowOf row_of, const int8_t* xq, const float* xd,
+                                              int n) {
+  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  Cols<NT> cols;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int ib = base + 8 * j + g;
+    cols.b[j] = ib < n_cols ? xq + static_cast<int64_t>(row_of(ib)) * n + 8 * t : nullptr;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int ic = base + 8 * j + 2 * t + c;
+      cols.s[j][c] = ic < n_cols ? xd + static_cast<int64_t>(row_of(ic)) * (n / 32) : nullptr;
+    }
+  }
+  return cols;
+}
+
 // The per-warp K loop: rows r0 + g + 8 i (i < 4) of NM matrices (quants wq[m], scales
 // wsc[m]; same row indices), K steps p = warp, warp + KS, ...; acc[m][mt][j][c]
 // accumulates C fragment c of m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.

@@ -39,24 +39,14 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_gate_up_mma_kernel(
   const int cnt = counts[e];
   if (cnt == 0) return;
   const int off = offsets[e];
-  const int n = static_cast<int>(gate.n_in), nb = n / 32;
+  const int n = static_cast<int>(gate.n_in);
   const int64_t n_ff = gate.ne1;
   const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = e * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[2] = {gate.q, up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    Cols<NT> cols;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int pb = base + 8 * j + g;
-      cols.b[j] = pb < cnt ? xq + static_cast<int64_t>(perm[off + pb] / k) * n + 8 * t : nullptr;
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int pc = base + 8 * j + 2 * t + c;
-        cols.s[j][c] = pc < cnt ? xd + static_cast<int64_t>(perm[off + pc] / k) * nb : nullptr;
-      }
-    }
+    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n);
     float acc[2][2][NT][4] = {};
     k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
@@ -108,24 +98,14 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_down_mma_kernel(DevW down, con
   const int cnt = counts[e];
   if (cnt == 0) return;
   const int off = offsets[e];
-  const int n = static_cast<int>(down.n_in), nb = n / 32;
+  const int n = static_cast<int>(down.n_in);
   const int64_t n_embd = down.ne1;
   const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = e * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[1] = {down.q};
   const uint8_t* const wsc[1] = {down.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    Cols<NT> cols;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int pb = base + 8 * j + g;
-      cols.b[j] = pb < cnt ? act_q + static_cast<int64_t>(off + pb) * n + 8 * t : nullptr;
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int pc = base + 8 * j + 2 * t + c;
-        cols.s[j][c] = pc < cnt ? act_d + static_cast<int64_t>(off + pc) * nb : nullptr;
-      }
-    }
+    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n);
     float acc[1][2][NT][4] = {};
     k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
@@ -141,12 +121,6 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_down_mma_kernel(DevW down, con
             o[static_cast<int64_t>(off + pc) * n_embd + blockIdx.x * kRows + c_row(g, mt, c)] = acc[0][mt][j][c];
         }
   }
-}
-
-// x (n_tok, n) -> xq (n_tok, n) int8 in MXFP4 order + xd (n_tok, n / 32): one block per row.
-__global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
-  const int64_t r = blockIdx.x;
-  quantize_row_mma<kMX>(x + r * n, n, xq + r * n, xd + r * (n / 32));
 }
 
 // Scratch areas of one call (carved from one buffer by launch_moe_mma).
@@ -211,8 +185,7 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   b.o = reinterpret_cast<float*>(p);
 
   launch_moe_group(a.ids, n_slots, static_cast<int>(n_expert), grp, st);
-  quantize_rows_kernel<<<static_cast<unsigned>(a.n_tok), 256, 0, st>>>(a.x, static_cast<int>(n_embd), b.xq, b.xd);
-  BRASS_CUDA_LAUNCHED();
+  launch_quantize_rows_mma(kMX, a.x, a.n_tok, n_embd, b.xq, b.xd, st);
   // Tokens per pass (8 per tile): the average load per expert, with room for the spread.
   const int64_t avg = (n_slots + n_expert - 1) / n_expert;
   if (avg <= 4)
