@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|ncu]...   (default: build test memcheck bench)
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|cli|ncu]...   (default: build test memcheck bench)
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,10 +20,21 @@ if [ ! -f /usr/include/fmt/core.h ] || [ ! -d /usr/include/CLI ] || [ ! -f /usr/
 fi
 B=build-dev
 # Layers that need packages the device lacks (cpp-httplib, PCRE2) are not configured
-# there: this is the device's throwaway copy of the tree, none of our targets need them.
-for f in $(grep -rl -E "httplib|PCRE2|pcre2" --include=CMakeLists.txt src 2>/dev/null); do
-  mv "$f" "$f.device-skipped"; echo "device: skipping $f"
-done
+# there (this is the device's throwaway copy of the tree, the CUDA targets do not need
+# them) unless the `cli` stage is asked for: it builds the whole `brass` binary with
+# those packages unpacked from .deps (pkg-config pointed at /tmp/deps).
+if [[ " $STAGES " == *" cli "* ]]; then
+  mkdir -p /tmp/deps
+  for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+  export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+  export PATH=/tmp/deps/usr/bin:$PATH PKG_CONFIG_SYSROOT_DIR=/tmp/deps
+  export PKG_CONFIG_LIBDIR=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
+  [ -x /tmp/deps/usr/bin/pkg-config ] || ln -sf pkgconf /tmp/deps/usr/bin/pkg-config
+else
+  for f in $(grep -rl -E "httplib|PCRE2|pcre2" --include=CMakeLists.txt src 2>/dev/null); do
+    mv "$f" "$f.device-skipped"; echo "device: skipping $f"
+  done
+fi
 for s in $STAGES; do
   case $s in
     build)
@@ -52,6 +63,13 @@ for s in $STAGES; do
     eager)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth 0 --no-graphs 2>&1 | tee "$OUT/eager.log" | grep -E "tg128|tok/s" ;;
+    cli)
+      # `brass bench` on the synthetic 20b: pp rows, single-stream tg rows, batched rows.
+      cmake --build $B --target brass -j16 > "$OUT/build_cli.log" 2>&1 ||
+        { grep -E "error|FAILED" -A3 "$OUT/build_cli.log" | head -40; exit 1; }
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] || $B/bench/cuda_decode_bench --synth /tmp/gpt-oss-20b-synth.gguf --n-gen 0 > /dev/null
+      timeout 400 $B/brass bench -m /tmp/gpt-oss-20b-synth.gguf ${CLI_ARGS:--p 512,2048,8192 -n 128 -d 0,4096 -s 1,8,32,64,128 -r 3} \
+        --json-file "$OUT/brass_bench.json" 2>&1 | tee "$OUT/brass_bench.log" | grep -v "^brass: bench: " ;;
     ncu)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       # One eager decode token (~290 launches) well after load; per-kernel time and DRAM bytes.

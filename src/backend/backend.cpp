@@ -36,6 +36,10 @@ void Backend::argmax(const ArgmaxArgs& a) {
   }
 }
 
+Status Graph::update(const std::function<void()>&) {
+  return Status::error("graph update is not supported by this backend");
+}
+
 Result<std::unique_ptr<Graph>> Backend::capture(const std::function<void()>&) {
   return Status::errorf("backend {}: graph capture is not supported", name());
 }

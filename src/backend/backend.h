@@ -250,6 +250,13 @@ class Graph {
  public:
   virtual ~Graph() = default;
   virtual Status launch() = 0;
+  // Re-issue the recording for other per-call descriptors (other sequences, their KV
+  // storage and positions) and keep the recorded work: `record` must issue the same ops
+  // with the same shapes; what changes is read by the recorded kernels from parameter
+  // tables, which this rewrites (nothing runs until launch()). An error, with the graph
+  // left as it was, when the ops or shapes differ from the recording; the caller then
+  // records a new graph. Default: unsupported.
+  virtual Status update(const std::function<void()>& record);
 };
 
 class Backend {

@@ -7,20 +7,28 @@
 //                   CUDA each step is one captured graph launch and the host syncs once);
 //                   each repetition truncates the sequence back to D: tok/s, ms/token,
 //                   achieved GB/s and % of the floor.
+//   x<S> tg<G>      batched decode (llama-batched-bench's setup): S sequences, each a
+//                   --stream-prompt token prompt (one forward call for all, not timed),
+//                   then G steps of ONE forward call carrying one greedy token per
+//                   sequence (picked on the backend; only ids come back, as the engine
+//                   does for greedy requests): aggregate tok/s = S * G / seconds, ms per
+//                   step, GB/s and % of the floor.
 // Before timing: one warm-up (a short prefill and a few decode steps at each depth, which
 // also captures the decode graphs). Every row reports the mean and standard deviation
 // over --reps repetitions.
 //
 // Bytes read per decoded token (the numerator of GB/s), from the loaded model:
 //   weights:  per layer: wq, wk, wv, wo, the router matrix, and n_expert_used x (gate +
-//             up + down) of ONE expert each (the selected experts), plus the f32 vectors
+//             up + down) of ONE expert each (the selected experts; for a batched step of
+//             S tokens the experts any token selects, n_expert * (1 - (1 - k / n_expert)^S)
+//             under uniform routing, each read once), plus the f32 vectors
 //             the step reads (2 norms, q/k/v/o biases, sinks, router bias, the selected
 //             experts' biases); plus one token_embd row, output_norm and the whole output
 //             head (n_vocab x n_embd).
 //   KV:       the decode step at position p reads p + 1 cached K and V rows per full-
 //             attention layer and min(p + 1, n_swa) per sliding-window layer, each row
 //             kv_dim elements of the KV type (f32 on the CPU, f16 on CUDA); averaged over
-//             the N steps at positions D .. D + N - 1.
+//             the N steps at positions D .. D + N - 1 (and summed over a batch's sequences).
 // GB/s = bytes per token / seconds per token. Activations, scratch and KV writes are left
 // out (each is < 0.1% of the 20b step).
 //
@@ -122,22 +130,32 @@ Result<double> cuda_copy_bandwidth() {
 
 // ---- bytes per decoded token ----
 
-double weight_bytes_per_token(const model::Model& m) {
+// Weight bytes one forward step of n_tok tokens reads (one per sequence) when it touches
+// `experts` experts per layer.
+double weight_bytes_per_step(const model::Model& m, double experts, int64_t n_tok = 1) {
   const auto& c = m.config();
   const auto& w = m.weights();
   auto whole = [](const backend::WeightView& v) { return double(v.row_bytes()) * v.ne[1] * v.ne[2] * v.ne[3]; };
   double b = 0;
   for (const auto& L : w.layers) {
     b += whole(L.wq) + whole(L.wk) + whole(L.wv) + whole(L.wo) + whole(L.router);
-    // One 2-D slice of each expert tensor per selected expert.
-    b += double(c.n_expert_used) * (L.gate_exps.matrix_bytes() + L.up_exps.matrix_bytes() + L.down_exps.matrix_bytes());
+    // One 2-D slice of each expert tensor per touched expert.
+    b += experts * (L.gate_exps.matrix_bytes() + L.up_exps.matrix_bytes() + L.down_exps.matrix_bytes());
     // f32 vectors: attn/post-attn norms, q/k/v/o biases, sinks, router bias, expert biases.
     const double floats = 2.0 * c.n_embd + c.q_dim() + 2.0 * c.kv_dim() + c.n_embd + c.n_head + c.n_expert +
-                          double(c.n_expert_used) * (2.0 * c.n_ff + c.n_embd);
+                          experts * (2.0 * c.n_ff + c.n_embd);
     b += 4.0 * floats;
   }
-  b += double(w.token_embd.row_bytes()) + 4.0 * c.n_embd + whole(w.output);
+  b += double(n_tok) * w.token_embd.row_bytes() + 4.0 * c.n_embd + whole(w.output);
   return b;
+}
+
+// Experts per layer a step of n_tok tokens touches under uniform routing (each token picks
+// n_expert_used distinct experts): n_expert * (1 - (1 - k / n_expert)^n_tok).
+double touched_experts(const model::Model& m, int64_t n_tok) {
+  const auto& c = m.config();
+  const double miss = 1.0 - double(c.n_expert_used) / double(c.n_expert);
+  return double(c.n_expert) * (1.0 - std::pow(miss, double(n_tok)));
 }
 
 // Mean KV bytes read per step over the steps at positions d .. d + n - 1.
@@ -154,7 +172,9 @@ struct Row {
   std::string test;
   int64_t n_prompt = 0, n_gen = 0, depth = 0;
   std::vector<double> secs;   // one per repetition
-  double bytes_per_tok = 0;   // decode rows only
+  double bytes_per_tok = 0;   // decode rows only (batched rows: bytes per step)
+  int64_t streams = 0;        // batched decode rows: sequences per step
+  std::vector<double> prefill_secs;  // batched rows: the untimed prompts' forward call
 };
 
 double mean(const std::vector<double>& v) {
@@ -174,8 +194,9 @@ double stdev(const std::vector<double>& v) {
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
-    std::string model, device = "auto", pp = "512", tg = "128", depth = "0", json_file;
+    std::string model, device = "auto", pp = "512", tg = "128", depth = "0", streams = "0", json_file;
     int reps = 5, threads = 0;
+    int64_t stream_prompt = 128, stream_gen = 128;
     double floor = 0;
     bool json = false;
   };
@@ -186,6 +207,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-p,--n-prompt", o->pp, "prefill sizes, comma-separated (0: no prefill rows)")->capture_default_str();
   app.add_option("-n,--n-gen", o->tg, "decode lengths, comma-separated (0: no decode rows)")->capture_default_str();
   app.add_option("-d,--depth", o->depth, "KV depths the decode rows start at, comma-separated")->capture_default_str();
+  app.add_option("-s,--streams", o->streams, "batched decode rows: sequences per step, comma-separated (0: none)")
+      ->capture_default_str();
+  app.add_option("--stream-prompt", o->stream_prompt, "prompt tokens of each batched sequence")->capture_default_str();
+  app.add_option("--stream-gen", o->stream_gen, "decode steps of the batched rows")->capture_default_str();
   app.add_option("-r,--reps", o->reps, "repetitions per row (mean and standard deviation)")->capture_default_str();
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("--floor", o->floor, "bandwidth floor in GB/s (default: measured, see below)");
@@ -195,7 +220,10 @@ Runner add_bench(CLI::App& app) {
              "(tokens picked by the backend) after a prefill of D tokens. GB/s counts the bytes a decoded token\n"
              "reads: attention + router + output-head weights, the n_expert_used selected experts per layer, one\n"
              "token-embedding row, and the KV cache at that depth. The floor is measured: on the CPU a\n"
-             "multi-threaded 1 GiB read probe, on CUDA a 1 GiB device-to-device copy (read + write).");
+             "multi-threaded 1 GiB read probe, on CUDA a 1 GiB device-to-device copy (read + write).\n"
+             "x<S> tg<G>: S sequences decoded together, one forward call per step after --stream-prompt-token\n"
+             "prompts: aggregate tok/s; its ms/tok column is ms per step, and GB/s counts the experts any of\n"
+             "the S tokens touches (uniform routing) once per step.");
   return [o]() -> int {
     auto pp = parse_list("-p", o->pp, 0, 1 << 20);
     if (!pp) return fail(pp.status().message());
@@ -203,12 +231,20 @@ Runner add_bench(CLI::App& app) {
     if (!tg) return fail(tg.status().message());
     auto depths = parse_list("--depth", o->depth, 0, 1 << 24);
     if (!depths) return fail(depths.status().message());
+    auto streams = parse_list("--streams", o->streams, 0, 4096);
+    if (!streams) return fail(streams.status().message());
+    std::erase(*streams, 0);
+    if (o->stream_prompt < 1 || o->stream_prompt > (1 << 20))
+      return fail(fmt::format("--stream-prompt: {} is not in [1, {}]", o->stream_prompt, 1 << 20));
+    if (o->stream_gen < 1 || o->stream_gen > (1 << 20))
+      return fail(fmt::format("--stream-gen: {} is not in [1, {}]", o->stream_gen, 1 << 20));
     if (o->reps < 1 || o->reps > 1000) return fail(fmt::format("--reps: {} is not in [1, 1000]", o->reps));
     if (o->threads < 0) return fail(fmt::format("--threads: {} must be >= 0", o->threads));
     if (o->floor < 0) return fail(fmt::format("--floor: {} must be >= 0 (0: measure)", o->floor));
     std::erase(*pp, 0);
     std::erase(*tg, 0);
-    if (pp->empty() && tg->empty()) return fail("nothing to run: every -p and -n value is 0");
+    if (pp->empty() && tg->empty() && streams->empty())
+      return fail("nothing to run: every -p, -n and --streams value is 0");
     auto dev = parse_device(o->device);
     if (!dev) return fail(dev.status().message());
     auto resolved = resolve_device(*dev);
@@ -218,7 +254,8 @@ Runner add_bench(CLI::App& app) {
     const int64_t max_pp = pp->empty() ? 0 : *std::max_element(pp->begin(), pp->end());
     const int64_t max_tg = tg->empty() ? 0 : *std::max_element(tg->begin(), tg->end());
     const int64_t max_d = tg->empty() ? 0 : *std::max_element(depths->begin(), depths->end());
-    const int64_t need_ctx = std::max({max_pp, max_d + std::max(max_tg, kWarmSteps), 16 + kWarmSteps});
+    const int64_t stream_len = streams->empty() ? 0 : o->stream_prompt + o->stream_gen;
+    const int64_t need_ctx = std::max({max_pp, max_d + std::max(max_tg, kWarmSteps), 16 + kWarmSteps, stream_len});
 
     // The floor first, on an idle device (before the weights take the memory).
     const int threads = o->threads > 0 ? o->threads : env::threads();
@@ -249,7 +286,7 @@ Runner add_bench(CLI::App& app) {
     req.options.n_ctx = need_ctx;
     // One forward call per prefill row; and the sliding-window ring (n_swa + max_chunk - 1
     // rows) must still hold the window at depth D after N steps, so truncating back works.
-    req.options.max_chunk_tokens = std::max({max_pp, max_tg + kWarmSteps, int64_t{512}});
+    req.options.max_chunk_tokens = std::max({max_pp, max_tg + kWarmSteps, int64_t{512}, o->stream_prompt});
     std::fprintf(stderr, "brass: bench: loading %s on %s...\n", o->model.empty() ? "the built-in model" : o->model.c_str(),
                  device_name(*resolved));
     auto loaded = load_model(req);
@@ -261,7 +298,7 @@ Runner add_bench(CLI::App& app) {
                               loaded->path, c.n_ctx_train));
     }
     const int64_t kv_elt = traits(m.kv_cache().type()).block_bytes;  // f32 / f16: one element per block
-    const double wbytes = weight_bytes_per_token(m);
+    const double wbytes = weight_bytes_per_step(m, double(c.n_expert_used));
     const std::string model_name = std::filesystem::path(loaded->path).filename().string();
     std::fprintf(stderr, "brass: bench: %s\nbrass: bench: device %s, loaded in %.1f s; floor %.1f GB/s (%s)\n",
                  m.summary().c_str(), loaded->device_desc.c_str(), loaded->load_s, floor, floor_method.c_str());
@@ -288,7 +325,7 @@ Runner add_bench(CLI::App& app) {
 
     std::vector<Row> rows;
     for (int64_t p : *pp) {
-      Row r{fmt::format("pp{}", p), p, 0, 0, {}, 0};
+      Row r{fmt::format("pp{}", p), p, 0, 0, {}, 0, 0, {}};
       for (int rep = 0; rep < o->reps; ++rep) {
         if (auto s = m.add_sequence(seq); !s) return fail(s.message());
         const double t0 = now_s();
@@ -310,7 +347,7 @@ Runner add_bench(CLI::App& app) {
       const int32_t first = tokens[static_cast<size_t>(d) % tokens.size()];
       if (auto s = m.decode_greedy(seq, first, kWarmSteps, picked); !s) return fail(s.message());
       for (int64_t n : *tg) {
-        Row r{d > 0 ? fmt::format("tg{} @ d{}", n, d) : fmt::format("tg{}", n), 0, n, d, {}, 0};
+        Row r{d > 0 ? fmt::format("tg{} @ d{}", n, d) : fmt::format("tg{}", n), 0, n, d, {}, 0, 0, {}};
         r.bytes_per_tok = wbytes + kv_bytes_per_token(m, d, n, kv_elt);
         for (int rep = 0; rep < o->reps; ++rep) {
           if (auto s = m.truncate_sequence(seq, d); !s) return fail(s.message());
@@ -324,15 +361,59 @@ Runner add_bench(CLI::App& app) {
       (void)m.remove_sequence(seq++);
     }
 
+    // Batched decode: S sequences of a P-token prompt (one forward call, greedy picks),
+    // then G steps of one forward call with one greedy token per sequence. Each sequence
+    // is added with max_len P + G (device KV sized for that, not for n_ctx).
+    const int64_t P = o->stream_prompt, G = o->stream_gen;
+    auto stream_run = [&](int64_t S, int64_t steps, Row* r) -> Status {
+      std::vector<std::vector<int32_t>> prompts(S);
+      std::vector<model::SeqChunk> chunks(S);
+      std::vector<int32_t> next(S);
+      const int32_t s0 = seq;
+      seq += static_cast<int32_t>(S);
+      for (int64_t i = 0; i < S; ++i) {
+        BRASS_TRY(m.add_sequence(s0 + static_cast<int32_t>(i), P + G));
+        prompts[i].resize(P);
+        for (auto& t : prompts[i]) t = pick(rng);
+        chunks[i] = {.seq_id = s0 + static_cast<int32_t>(i), .tokens = prompts[i], .pos0 = 0, .greedy = true};
+      }
+      double t0 = now_s();
+      Status st = m.forward(chunks, out);
+      if (r && st) r->prefill_secs.push_back(now_s() - t0);
+      for (int64_t i = 0; i < S && st; ++i) next[i] = out.token[i];
+      t0 = now_s();
+      for (int64_t step = 0; step < steps && st; ++step) {
+        for (int64_t i = 0; i < S; ++i)
+          chunks[i] = {.seq_id = s0 + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
+                       .pos0 = static_cast<int32_t>(P + step), .greedy = true};
+        st = m.forward(chunks, out);
+        for (int64_t i = 0; i < S && st; ++i) next[i] = out.token[i];
+      }
+      if (r && st) r->secs.push_back(now_s() - t0);
+      for (int64_t i = 0; i < S; ++i) (void)m.remove_sequence(s0 + static_cast<int32_t>(i));
+      return st;
+    };
+    for (int64_t S : *streams) {
+      Row r{fmt::format("x{} tg{}", S, G), P, G, 0, {}, 0, S, {}};
+      r.bytes_per_tok = weight_bytes_per_step(m, touched_experts(m, S), S) + double(S) * kv_bytes_per_token(m, P, G, kv_elt);
+      // Warm-up: first launches of this batch size, its graph recorded.
+      if (auto s = stream_run(S, std::min<int64_t>(G, kWarmSteps), nullptr); !s) return fail(s.message());
+      for (int rep = 0; rep < o->reps; ++rep)
+        if (auto s = stream_run(S, G, &r); !s) return fail(s.message());
+      std::fprintf(stderr, "brass: bench: %s: %.1f tok/s\n", r.test.c_str(), S * G / mean(r.secs));
+      rows.push_back(std::move(r));
+    }
+
     // Per row: tok/s of each repetition, then mean / stdev (as llama-bench: avg_ts, stdev_ts).
     struct Stats { double tps, tps_sd, ms, gbs, pct; bool decode; };
     auto stats = [&](const Row& r) {
-      const int64_t n = r.n_gen > 0 ? r.n_gen : r.n_prompt;
+      const int64_t n = r.n_gen > 0 ? r.n_gen * std::max<int64_t>(r.streams, 1) : r.n_prompt;
+      const int64_t steps = r.n_gen > 0 ? r.n_gen : r.n_prompt;  // ms column: per step (a token unless batched)
       std::vector<double> tps;
       for (double s : r.secs) tps.push_back(n / s);
-      Stats st{mean(tps), stdev(tps), 1e3 * mean(r.secs) / n, 0, 0, r.n_gen > 0};
+      Stats st{mean(tps), stdev(tps), 1e3 * mean(r.secs) / steps, 0, 0, r.n_gen > 0};
       if (st.decode) {
-        st.gbs = r.bytes_per_tok * st.tps / 1e9;
+        st.gbs = r.bytes_per_tok * st.tps / double(std::max<int64_t>(r.streams, 1)) / 1e9;  // bytes/step x steps/s
         st.pct = floor > 0 ? 100.0 * st.gbs / floor : 0.0;
       }
       return st;
@@ -357,8 +438,16 @@ Runner add_bench(CLI::App& app) {
         nlohmann::json row = {{"test", r.test},     {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
                               {"depth", r.depth},   {"tok_s", st.tps},        {"tok_s_stdev", st.tps_sd},
                               {"ms_per_tok", st.ms}, {"samples_s", r.secs}};
+        if (r.streams > 0) {
+          row["streams"] = r.streams;
+          row["ms_per_step"] = st.ms;
+          row["bytes_per_step"] = r.bytes_per_tok;
+          std::vector<double> pre;
+          for (double s : r.prefill_secs) pre.push_back(double(r.streams * r.n_prompt) / s);
+          row["prefill_tok_s"] = mean(pre);
+        }
         if (st.decode) {
-          row["bytes_per_tok"] = r.bytes_per_tok;
+          row["bytes_per_tok"] = r.streams > 0 ? r.bytes_per_tok / double(r.streams) : r.bytes_per_tok;
           row["gb_s"] = st.gbs;
           row["pct_floor"] = st.pct;
         } else {

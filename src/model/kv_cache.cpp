@@ -20,15 +20,17 @@ Result<KvCache> KvCache::create(const GptOssConfig& c, const KvCacheOptions& o) 
   return kv;
 }
 
-Status KvCache::add_sequence(int32_t seq_id) {
+Status KvCache::add_sequence(int32_t seq_id, int64_t max_len) {
   if (seqs_.count(seq_id)) return Status::errorf("kv cache: sequence {} already exists", seq_id);
+  if (max_len < 0) return Status::errorf("kv cache: sequence {}: max_len {} must be >= 0", seq_id, max_len);
   Seq s;
+  s.max_len = max_len > 0 ? std::min(max_len, opt_.n_ctx_max) : opt_.n_ctx_max;
   s.layers.resize(cfg_.n_layer);
   const int64_t row = cfg_.kv_dim() * elt_bytes();
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
     if (opt_.device) {
       Layer& l = s.layers[il];
-      l.slots = cfg_.is_swa_layer(il) ? ring_cap_ : opt_.n_ctx_max;
+      l.slots = cfg_.is_swa_layer(il) ? ring_cap_ : s.max_len;
       BRASS_ASSIGN_OR_RETURN(l.kd, opt_.device->alloc(static_cast<size_t>(l.slots * row)));
       BRASS_ASSIGN_OR_RETURN(l.vd, opt_.device->alloc(static_cast<size_t>(l.slots * row)));
       continue;
@@ -41,6 +43,11 @@ Status KvCache::add_sequence(int32_t seq_id) {
   }
   seqs_.emplace(seq_id, std::move(s));
   return Status::ok();
+}
+
+int64_t KvCache::capacity(int32_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? 0 : it->second.max_len;
 }
 
 Status KvCache::remove_sequence(int32_t seq_id) {
@@ -193,8 +200,8 @@ Status KvCache::reserve(int32_t seq_id, int64_t pos0, int64_t n_tok) {
     return Status::errorf("kv cache: sequence {}: chunk of {} tokens (must be 1..{})", seq_id, n_tok,
                           opt_.max_chunk_tokens);
   const int64_t end = pos0 + n_tok;
-  if (end > opt_.n_ctx_max)
-    return Status::errorf("kv cache: sequence {}: {} tokens exceed the context of {}", seq_id, end, opt_.n_ctx_max);
+  if (end > s.max_len)
+    return Status::errorf("kv cache: sequence {}: {} tokens exceed its context of {}", seq_id, end, s.max_len);
   // The chunk's K/V overwrite the ring slots of positions before end - ring_cap: from
   // here on they are gone (even if the forward fails before commit()).
   s.ring_lo = std::max(s.ring_lo, end - ring_cap_);
@@ -205,7 +212,7 @@ Status KvCache::reserve(int32_t seq_id, int64_t pos0, int64_t n_tok) {
     if (l.slots >= end) continue;
     int64_t slots = std::max<int64_t>(256, l.slots);
     while (slots < end) slots *= 2;
-    slots = std::min(slots, opt_.n_ctx_max);
+    slots = std::min(slots, s.max_len);
     l.k.resize(slots * row);
     l.v.resize(slots * row);
     l.slots = slots;

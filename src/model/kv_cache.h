@@ -61,7 +61,12 @@ class KvCache {
   int64_t max_chunk_tokens() const { return opt_.max_chunk_tokens; }
   int64_t ring_capacity() const { return ring_cap_; }
 
-  Status add_sequence(int32_t seq_id);
+  // max_len > 0: the sequence will never hold more than max_len positions (at most
+  // n_ctx_max): device storage of the full-attention layers is sized for it, so many
+  // short sequences do not each take a whole n_ctx_max context. 0: n_ctx_max.
+  Status add_sequence(int32_t seq_id, int64_t max_len = 0);
+  // The most positions the sequence can hold (its max_len); 0 for an unknown sequence.
+  int64_t capacity(int32_t seq_id) const;
   Status remove_sequence(int32_t seq_id);
   bool has_sequence(int32_t seq_id) const { return seqs_.count(seq_id) != 0; }
   // Positions stored so far (the next token's position).
@@ -102,6 +107,7 @@ class KvCache {
   };
   struct Seq {
     int64_t length = 0;
+    int64_t max_len = 0;  // capacity in positions (<= n_ctx_max)
     int64_t ring_lo = 0;  // the rings hold positions [max(ring_lo, length - ring_cap), length)
     std::vector<Layer> layers;
     std::vector<Snapshot> snaps;  // ascending `at`

@@ -152,9 +152,9 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
     if (ch.pos0 != len)
       return Status::errorf("forward: sequence {}: chunk starts at position {} but the sequence has {} tokens",
                             ch.seq_id, ch.pos0, len);
-    if (len + static_cast<int64_t>(ch.tokens.size()) > kv_.n_ctx_max())
-      return Status::errorf("forward: sequence {}: {} tokens exceed the context of {}", ch.seq_id,
-                            len + ch.tokens.size(), kv_.n_ctx_max());
+    if (len + static_cast<int64_t>(ch.tokens.size()) > kv_.capacity(ch.seq_id))
+      return Status::errorf("forward: sequence {}: {} tokens exceed its context of {}", ch.seq_id,
+                            len + ch.tokens.size(), kv_.capacity(ch.seq_id));
     for (size_t i = 0; i < ch.tokens.size(); ++i) {
       if (ch.tokens[i] < 0 || ch.tokens[i] >= cfg_.n_vocab)
         return Status::errorf("forward: sequence {}: token {} at index {} is outside the vocabulary [0, {})",
@@ -232,6 +232,10 @@ Status Model::forward_round(std::span<const Step> steps) {
 
   if (steps.size() == 1 && n_tok == 1 && n_out == 1) {
     BRASS_TRY(run_decode_round(fwd_graphs_, steps[0].seq_id, seqs, /*greedy=*/false));
+  } else if (n_tok >= 2 && n_tok == static_cast<int64_t>(steps.size()) && n_out == n_tok &&
+             opt_.use_graphs && !be.host_memory()) {
+    // Batched decode: the output rows are the token rows, in order (direct).
+    BRASS_TRY(run_batch_round(n_tok, seqs));
   } else {
     record_round(n_tok, n_out, seqs, /*direct=*/false, /*greedy=*/false);
   }
@@ -280,6 +284,36 @@ Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_
     g.scratch_gen = scratch_gen_;
   }
   return g.graph->launch();
+}
+
+Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs) {
+  constexpr size_t kMaxBatchGraphs = 64;
+  auto record = [&] { record_round(n, n, seqs, /*direct=*/true, /*greedy=*/false); };
+  GraphSlot& g = batch_graphs_[n];
+  g.last_use = ++batch_uses_;
+  if (g.scratch_gen != scratch_gen_) {  // new, or the scratch moved: start over
+    g.graph.reset();
+    g.eager_runs = 0;
+    g.eager_only = false;
+    g.scratch_gen = scratch_gen_;
+  }
+  if (g.graph) {
+    if (g.graph->update(record).is_ok()) return g.graph->launch();
+    g.graph.reset();
+    g.eager_only = true;  // (an update can only fail for a recording the backend cannot re-target)
+  }
+  if (g.eager_only || g.eager_runs < 1) {  // the first round runs eagerly: backend scratch settles
+    record();
+    ++g.eager_runs;
+    return Status::ok();
+  }
+  BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture(record));
+  if (batch_graphs_.size() > kMaxBatchGraphs) {
+    auto lru = std::min_element(batch_graphs_.begin(), batch_graphs_.end(),
+                                [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+    if (lru->first != n) batch_graphs_.erase(lru);
+  }
+  return batch_graphs_.at(n).graph->launch();
 }
 
 void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
@@ -352,9 +386,9 @@ Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std:
     return Status::errorf("decode_greedy: sequence {}: token {} is outside the vocabulary [0, {})", seq_id, token,
                           cfg_.n_vocab);
   if (n_steps < 1) return Status::errorf("decode_greedy: n_steps must be >= 1, found {}", n_steps);
-  if (len + n_steps > kv_.n_ctx_max())
-    return Status::errorf("decode_greedy: sequence {}: {} + {} tokens exceed the context of {}", seq_id, len, n_steps,
-                          kv_.n_ctx_max());
+  if (len + n_steps > kv_.capacity(seq_id))
+    return Status::errorf("decode_greedy: sequence {}: {} + {} tokens exceed its context of {}", seq_id, len, n_steps,
+                          kv_.capacity(seq_id));
   BRASS_TRY(ensure_scratch(1, 1));
   if (!history_) {
     BRASS_ASSIGN_OR_RETURN(history_, be_->alloc((kv_.n_ctx_max() + 1) * sizeof(int32_t)));

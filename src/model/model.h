@@ -32,7 +32,7 @@ struct ModelOptions {
   int64_t n_ctx = 0;               // per-sequence context limit; 0: context_length
   int64_t max_chunk_tokens = 512;  // tokens per sequence per internal forward round
   bool yarn_rounded = false;       // llama.cpp's floor/ceil YaRN range (see rope.h)
-  bool use_graphs = true;          // capture single-token decode steps (backends that can)
+  bool use_graphs = true;          // capture decode steps (single and batched; backends that can)
 };
 
 // `tokens` sit at positions pos0 .. pos0 + size - 1; pos0 must equal the sequence's
@@ -79,7 +79,8 @@ class Model {
   KvCache& kv_cache() { return kv_; }
   std::string summary() const;
 
-  Status add_sequence(int32_t seq_id) { return kv_.add_sequence(seq_id); }
+  // max_len > 0: the sequence never grows past max_len positions (see KvCache::add_sequence).
+  Status add_sequence(int32_t seq_id, int64_t max_len = 0) { return kv_.add_sequence(seq_id, max_len); }
   Status remove_sequence(int32_t seq_id) {
     fwd_graphs_.erase(seq_id);
     greedy_graphs_.erase(seq_id);
@@ -121,10 +122,15 @@ class Model {
     std::unique_ptr<backend::Graph> graph;
     int64_t eager_runs = 0;
     uint64_t scratch_gen = 0;
+    uint64_t last_use = 0;  // batch graphs: for evicting the least recently used
+    bool eager_only = false;  // batch graphs: the backend could not update it; run eagerly
   };
   // Run a single-token round of `seq_id` eagerly or through its cached graph.
   Status run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
                           const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy);
+  // Run a round of n >= 2 sequences with one token each (batched decode) through the
+  // graph recorded for n sequences, updated for this round's sequences (see Graph::update).
+  Status run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs);
 
   std::unique_ptr<gguf::Reader> reader_;
   GptOssConfig cfg_;
@@ -140,6 +146,8 @@ class Model {
   std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_, picks_;
   uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)
   std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
+  std::map<int64_t, GraphSlot> batch_graphs_;  // by batch size
+  uint64_t batch_uses_ = 0;
 };
 
 }  // namespace brass::model

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <random>
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
@@ -210,6 +212,80 @@ TEST(CudaModel, BatchedDecodeEqualsSingleStreams) {
       snext[i] = argmax(so.row(0), V);
     }
     ASSERT_EQ(bnext, snext) << "greedy tokens diverge at step " << step;
+  }
+}
+
+// Batched decode rounds run through one graph per batch size, re-targeted each round
+// (Graph::update) at that round's sequences. Against the same model without graphs
+// (same kernels launched one by one): batches of 3 and 4 of 7 live sequences in random
+// order and composition, some rows greedy (picked on the device), a sequence removed and
+// a new one (new KV storage) joining halfway; fast (int8 / tensor-core) and exact modes.
+TEST(CudaModel, BatchGraphsFollowChangingBatches) {
+  BRASS_REQUIRE_CUDA();
+  for (bool q8x : {true, false}) {
+    backend::testing::Rng rng;
+    SEED_TRACE(rng);
+    TempFile file("cuda_batch_graphs");
+    TinySpec spec;
+    spec.head_dim = 64;
+    spec.n_head = 8;
+    spec.n_head_kv = 2;
+    spec.n_embd = 128;
+    ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
+    ModelOptions o;
+    o.kv_type = DType::F16;
+    o.n_ctx = 160;
+    o.max_chunk_tokens = 32;
+    ModelOptions eager_o = o;
+    eager_o.use_graphs = false;
+    auto graphs = load(file.path, o, true, q8x), eager = load(file.path, eager_o, true, q8x);
+    ASSERT_TRUE(graphs && eager);
+    const int64_t V = spec.n_vocab;
+    std::map<int32_t, int32_t> len, next;  // live sequences: length, next token
+    auto join = [&](int32_t id) {
+      std::vector<int32_t> prompt(rng.integer(1, 40));
+      for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
+      ForwardOutput out;
+      SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
+      for (Model* m : {graphs.get(), eager.get()}) {
+        ASSERT_TRUE(m->add_sequence(id).is_ok());
+        ASSERT_TRUE(m->forward(std::span(&ch, 1), out).is_ok());
+      }
+      len[id] = static_cast<int32_t>(prompt.size());
+      next[id] = argmax(out.row(0), V);
+    };
+    for (int32_t id = 0; id < 7; ++id) join(id);
+    for (int step = 0; step < 24; ++step) {
+      if (step == 12) {  // one leaves, a new one joins
+        for (Model* m : {graphs.get(), eager.get()}) ASSERT_TRUE(m->remove_sequence(2).is_ok());
+        len.erase(2);
+        next.erase(2);
+        join(100);
+      }
+      std::vector<int32_t> ids;
+      for (const auto& [id, l] : len) ids.push_back(id);
+      std::shuffle(ids.begin(), ids.end(), rng.gen);
+      ids.resize(step % 2 ? 3 : 4);
+      std::vector<SeqChunk> chunks;
+      for (int32_t id : ids)
+        chunks.push_back({.seq_id = id, .tokens = std::span(&next[id], 1), .pos0 = len[id],
+                          .greedy = rng.integer(0, 2) == 0});
+      ForwardOutput go, eo;
+      ASSERT_TRUE(graphs->forward(chunks, go).is_ok());
+      ASSERT_TRUE(eager->forward(chunks, eo).is_ok());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string what = "step " + std::to_string(step) + " seq " + std::to_string(ids[i]);
+        if (chunks[i].greedy) {
+          ASSERT_EQ(go.token[i], eo.token[i]) << what;
+          next[ids[i]] = go.token[i];
+        } else {
+          const std::vector<float> g(go.row(i), go.row(i) + V), e(eo.row(i), eo.row(i) + V);
+          backend::testing::expect_close(g, e, 1e-6, 1e-6, what);
+          next[ids[i]] = argmax(go.row(i), V);
+        }
+        ++len[ids[i]];
+      }
+    }
   }
 }
 

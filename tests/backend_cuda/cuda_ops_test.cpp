@@ -680,5 +680,104 @@ TEST(CudaOps, GraphReplaysWithNewInputs) {
   }
 }
 
+// Batched decode through a graph re-targeted by Graph::update: KV store + attention of
+// three one-token sequences recorded once, then updated for other sequences (other cache
+// buffers, positions, ring and linear layers mixed in call order) and replayed: each round
+// equals the reference on the same caches. An update with another batch size, or with a
+// single sequence (whose launch carries its storage by value), is refused and leaves the
+// graph usable.
+TEST(CudaOps, GraphUpdateRetargetsBatchedDecode) {
+  BRASS_REQUIRE_CUDA();
+  Fix f;
+  SEED_TRACE(f.rng);
+  constexpr int64_t kHead = 8, kHeadKv = 2, kHd = 64, kSlots = 96, kSeqs = 6;
+  constexpr int64_t kRow = kHeadKv * kHd;
+  std::vector<std::vector<float>> hk(kSeqs), hv(kSeqs);
+  std::vector<std::unique_ptr<Buffer>> gk(kSeqs), gv(kSeqs);
+  std::vector<int32_t> len(kSeqs);
+  for (int64_t s = 0; s < kSeqs; ++s) {  // random history of random length in every cache
+    hk[s] = f.rng.vec(kSlots * kRow);
+    hv[s] = f.rng.vec(kSlots * kRow);
+    len[s] = f.rng.integer(0, 60);
+    gk[s] = std::move(f.gpu->alloc(kSlots * kRow * 4)).value();
+    gv[s] = std::move(f.gpu->alloc(kSlots * kRow * 4)).value();
+    f.gpu->upload(gk[s]->data(), hk[s].data(), kSlots * kRow * 4);
+    f.gpu->upload(gv[s]->data(), hv[s].data(), kSlots * kRow * 4);
+  }
+  const int32_t window = 16;  // sequences 0, 2, 4 stored as rings of kSlots slots
+  auto seq_list = [&](const std::vector<int>& ids, bool host) {
+    std::vector<AttnSeq> out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int s = ids[i];
+      out.push_back({.tok0 = static_cast<int64_t>(i), .n_tok = 1, .pos0 = len[s],
+                     .k = host ? static_cast<void*>(hk[s].data()) : gk[s]->data(),
+                     .v = host ? static_cast<void*>(hv[s].data()) : gv[s]->data(),
+                     .capacity = static_cast<int32_t>(kSlots), .ring = s % 2 == 0});
+    }
+    return out;
+  };
+  const float scale = 0.125f;
+  auto sinks = f.rng.vec(kHead, -1, 2);
+  Dev dsk = Dev::from(*f.gpu, sinks), dq = Dev::poisoned<float>(*f.gpu, 4 * kHead * kHd),
+      dk = Dev::poisoned<float>(*f.gpu, 4 * kRow), dv = Dev::poisoned<float>(*f.gpu, 4 * kRow),
+      dp = Dev::poisoned<int32_t>(*f.gpu, 4), dout = Dev::poisoned<float>(*f.gpu, 4 * kHead * kHd);
+  std::vector<AttnSeq> cur;  // what the recording issues (device storage)
+  auto record = [&] {
+    f.gpu->kv_store({.k = dk.as<float>(), .v = dv.as<float>(), .kv_type = DType::F32, .n_head_kv = kHeadKv,
+                     .head_dim = kHd, .seqs = cur, .pos = dp.as<int32_t>()});
+    f.gpu->attention({.q = dq.as<float>(), .sinks = dsk.as<float>(), .out = dout.as<float>(), .kv_type = DType::F32,
+                      .n_head = kHead, .n_head_kv = kHeadKv, .head_dim = kHd, .window = window, .scale = scale,
+                      .seqs = cur, .pos = dp.as<int32_t>()});
+  };
+  // One round for `ids`: fresh q/k/v, positions = current lengths; the reference stores
+  // and attends on the host caches (same arguments, host storage).
+  std::unique_ptr<Graph> g;
+  auto round = [&](const std::vector<int>& ids, bool capture) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    auto q = f.rng.vec(n * kHead * kHd, -2, 2), k = f.rng.vec(n * kRow), v = f.rng.vec(n * kRow);
+    std::vector<int32_t> pos;
+    for (int s : ids) pos.push_back(len[s]);
+    f.gpu->upload(dq.as<float>(), q.data(), q.size() * 4);
+    f.gpu->upload(dk.as<float>(), k.data(), k.size() * 4);
+    f.gpu->upload(dv.as<float>(), v.data(), v.size() * 4);
+    f.gpu->upload(dp.as<int32_t>(), pos.data(), pos.size() * 4);
+    cur = seq_list(ids, false);
+    if (capture) {
+      auto r = f.gpu->capture(record);
+      ASSERT_TRUE(r.is_ok()) << r.status().message();
+      g = std::move(r).value();
+    } else {
+      const Status st = g->update(record);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+    }
+    ASSERT_TRUE(g->launch().is_ok());
+    auto hs = seq_list(ids, true);
+    std::vector<float> want(n * kHead * kHd);
+    f.cpu->kv_store({.k = k.data(), .v = v.data(), .kv_type = DType::F32, .n_head_kv = kHeadKv, .head_dim = kHd,
+                     .seqs = hs});
+    f.cpu->attention({.q = q.data(), .sinks = sinks.data(), .out = want.data(), .kv_type = DType::F32,
+                      .n_head = kHead, .n_head_kv = kHeadKv, .head_dim = kHd, .window = window, .scale = scale,
+                      .seqs = hs});
+    expect_close(dout.get<float>(want.size()), want, 2e-5, 2e-6, "graph round");
+    for (int s : ids) ++len[s];
+  };
+  round({0, 1, 2}, true);
+  round({5, 3, 4}, false);
+  round({1, 0, 5}, false);
+  // Refused: another batch size; one sequence (per-sequence launch arguments).
+  cur = seq_list({0, 1, 2, 3}, false);
+  EXPECT_FALSE(g->update(record).is_ok());
+  cur = seq_list({4}, false);
+  EXPECT_FALSE(g->update(record).is_ok());
+  round({2, 4, 3}, false);
+  // A graph recorded with a per-sequence launch cannot be updated at all.
+  cur = seq_list({1}, false);
+  auto single = f.gpu->capture(record);
+  ASSERT_TRUE(single.is_ok()) << single.status().message();
+  cur = seq_list({2}, false);
+  EXPECT_FALSE(single.value()->update(record).is_ok());
+  f.gpu->synchronize();
+}
+
 }  // namespace
 }  // namespace brass::backend

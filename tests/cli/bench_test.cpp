@@ -32,7 +32,9 @@ namespace fs = std::filesystem;
 // ("  name type [shape] bytes offset"): expert tensors (ffn_*_exps) count
 // n_expert_used / n_expert of their bytes, token_embd one row (bytes / n_vocab), every
 // other tensor all of its bytes.
-double weight_bytes_from_inspect(const std::string& path, int n_expert_used, int n_expert, int n_vocab) {
+// A batched step of S tokens: `experts` touched experts per layer, S token_embd rows.
+double weight_bytes_from_inspect(const std::string& path, double n_expert_used, int n_expert, int n_vocab,
+                                 int embd_rows = 1) {
   const Proc p = run("inspect " + path);
   EXPECT_EQ(p.rc, 0) << p.err;
   std::istringstream in(p.out);
@@ -59,7 +61,7 @@ double weight_bytes_from_inspect(const std::string& path, int n_expert_used, int
     if (name.find("_exps.") != std::string::npos) {
       total += bytes * n_expert_used / n_expert;
     } else if (name == "token_embd.weight") {
-      total += bytes / n_vocab;
+      total += bytes / n_vocab * embd_rows;
     } else {
       total += bytes;
     }
@@ -126,6 +128,43 @@ TEST(Bench, JsonRowsOnTheBuiltinModel) {
   }
 }
 
+// Batched decode rows: S sequences of a P-token prompt, G steps of one call. Aggregate
+// tok/s = S * G / seconds; ms_per_step = seconds / G; bytes per step = weights with the
+// experts any of S tokens touches under uniform routing (8 experts, 4 per token: 8 * (1 -
+// 0.5^S)) and S embedding rows, plus S sequences' KV reads at positions P .. P + G - 1.
+TEST(Bench, BatchedDecodeRows) {
+  const Proc p = run("bench --json -p 0 -n 0 -s 1,3 --stream-prompt 5 --stream-gen 4 --reps 2 --floor 10");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  ASSERT_EQ(j["rows"].size(), 2u) << j.dump(1);
+  const std::string kv_type = j["kv_type"].get<std::string>();
+  const double row_pair = 2.0 * 64 * (kv_type == "f16" ? 2.0 : 4.0);
+  // positions 5..8: full layers 6+7+8+9 = 30 rows each, sliding (n_swa 8) 6+7+8+8 = 29:
+  // 2 x 30 + 2 x 29 = 118 row pairs over 4 steps, per sequence.
+  const double kv_per_seq = 118.0 / 4 * row_pair;
+  for (int S : {1, 3}) {
+    const auto& r = j["rows"][S == 1 ? 0 : 1];
+    SCOPED_TRACE(S);
+    EXPECT_EQ(r["test"].get<std::string>(), "x" + std::to_string(S) + " tg4");
+    EXPECT_EQ(r["streams"].get<int>(), S);
+    ASSERT_EQ(r["samples_s"].size(), 2u);
+    double mean_tps = 0, mean_s = 0;
+    for (const auto& x : r["samples_s"]) {
+      mean_tps += S * 4 / x.get<double>() / 2;
+      mean_s += x.get<double>() / 2;
+    }
+    EXPECT_NEAR(r["tok_s"].get<double>(), mean_tps, 1e-6 * mean_tps);
+    EXPECT_NEAR(r["ms_per_step"].get<double>(), 1e3 * mean_s / 4, 1e-6 * 1e3 * mean_s / 4);
+    EXPECT_GT(r["prefill_tok_s"].get<double>(), 0.0);
+    const double experts = 8.0 * (1.0 - std::pow(0.5, S));
+    const double want = weight_bytes_from_inspect(j["model"].get<std::string>(), experts, 8, 201088, S) + S * kv_per_seq;
+    EXPECT_NEAR(r["bytes_per_step"].get<double>(), want, 1e-9 * want);
+    const double gbs = want * mean_tps / S / 1e9;  // bytes per step x steps per second
+    EXPECT_NEAR(r["gb_s"].get<double>(), gbs, 1e-6 * gbs);
+    EXPECT_NEAR(r["pct_floor"].get<double>(), 100.0 * gbs / 10.0, 1e-6 * 10.0 * gbs);
+  }
+}
+
 TEST(Bench, TableHasOneLinePerRow) {
   const Proc p = run("bench -p 8,12 -n 3 --reps 1 --floor 10");
   ASSERT_EQ(p.rc, 0) << p.err;
@@ -143,7 +182,8 @@ TEST(Bench, TableHasOneLinePerRow) {
 TEST(Bench, BadArgumentsErrorCleanly) {
   for (const char* args : {"bench -p abc", "bench -p 16,-3", "bench -n 4x", "bench --depth ,", "bench --reps 0",
                            "bench --device tpu", "bench -p 0 -n 0", "bench --floor -1",
-                           "bench -m /nonexistent/model.gguf --floor 1", "bench --depth 100000 -n 4 --floor 1"}) {
+                           "bench -m /nonexistent/model.gguf --floor 1", "bench --depth 100000 -n 4 --floor 1",
+                           "bench -s 2,x", "bench -s 2 --stream-prompt 0", "bench -s 2 --stream-gen -4"}) {
     SCOPED_TRACE(args);
     const Proc p = run(args);
     EXPECT_EQ(p.rc, 1);

@@ -271,7 +271,20 @@ TEST(Model, BadInputIsRefusedWithoutSideEffects) {
   auto small = f.load(o);
   ASSERT_TRUE(small->add_sequence(0).is_ok());
   Status s = small->forward(std::vector<SeqChunk>{{.seq_id = 0, .tokens = good, .pos0 = 0}}, out);
-  EXPECT_NE(s.message().find("exceed the context"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("exceed its context of 2"), std::string::npos) << s.message();
+  // A sequence added with max_len holds at most that many positions (whatever n_ctx is).
+  ASSERT_TRUE(m->add_sequence(7, 4).is_ok());
+  EXPECT_EQ(m->kv_cache().capacity(7), 4);
+  ASSERT_TRUE(m->forward(std::vector<SeqChunk>{{.seq_id = 7, .tokens = good, .pos0 = 0}}, out).is_ok());
+  s = m->forward(std::vector<SeqChunk>{{.seq_id = 7, .tokens = good, .pos0 = 3}}, out);
+  EXPECT_NE(s.message().find("exceed its context of 4"), std::string::npos) << s.message();
+  EXPECT_EQ(m->sequence_length(7).value(), 3);
+  std::vector<int32_t> picks;
+  s = m->decode_greedy(7, 1, 2, picks);
+  EXPECT_NE(s.message().find("exceed its context of 4"), std::string::npos) << s.message();
+  ASSERT_TRUE(m->decode_greedy(7, 1, 1, picks).is_ok());
+  EXPECT_EQ(m->sequence_length(7).value(), 4);
+  EXPECT_FALSE(m->add_sequence(8, -1).is_ok());
   EXPECT_FALSE(m->add_sequence(0).is_ok());
   EXPECT_TRUE(m->remove_sequence(0).is_ok());
   EXPECT_FALSE(m->remove_sequence(0).is_ok());

@@ -59,6 +59,16 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
   f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+// Keys per split for a query that sees n_keys keys: the n_splits splits (sized for the
+// capacity, so a recorded launch fits every length) share them, but each gets at least
+// kMinSplitKeys; the splits past ceil(n_keys / per) are empty and exit at once. (Short
+// histories in a big cache were spread a few keys per block: at 64 streams of ~200 keys
+// in an 8192-slot cache the full layers took 0.38 ms each.)
+constexpr int32_t kMinSplitKeys = 64;
+__device__ __forceinline__ int32_t split_keys(int32_t n_keys, int n_splits) {
+  return max(kMinSplitKeys, (n_keys + n_splits - 1) / n_splits);
+}
+
 template <int D, class KV>
 __device__ __forceinline__ void attn_split_body(const AttnParams& p, const int t) {
   pdl_trigger();  // launched normally: dependents may start prefetching
@@ -74,7 +84,7 @@ __device__ __forceinline__ void attn_split_body(const AttnParams& p, const int t
   const int32_t pq = p.pos ? p.pos[t] : p.pos0 + t;
   const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
   const int32_t n_keys = pq - lo + 1;
-  const int32_t per = (n_keys + p.n_splits - 1) / p.n_splits;
+  const int32_t per = split_keys(n_keys, p.n_splits);
   const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
   if (k0 >= k1) return;  // an empty split (short history): the combine skips it
 
@@ -217,14 +227,14 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attn_split_multi_kernel(co
 
 // grid (n_tok, n_head), D threads: merge the splits and the sink.
 // Only the splits the split kernel filled are read: with n_keys keys and per =
-// ceil(n_keys / n_splits) keys a split, the first ceil(n_keys / per) splits.
+// split_keys(n_keys, n_splits) keys a split, the first ceil(n_keys / per) splits.
 // One output element (head h, dim d) of a query at position pq from its splits' partials
 // pp (n_splits x (D + 2): max, sum, acc) and the sink.
 template <int D>
 __device__ __forceinline__ float combine_splits(const float* __restrict__ pp, const float* __restrict__ sinks, int h,
                                                 int d, int32_t pq, int32_t window, int n_splits) {
   const int32_t n_keys = pq - (window > 0 ? max(0, pq - window + 1) : 0) + 1;
-  const int32_t per = (n_keys + n_splits - 1) / n_splits;
+  const int32_t per = split_keys(n_keys, n_splits);
   const int used = (n_keys + per - 1) / per;
   float M = sinks ? sinks[h] : -INFINITY;
   for (int s = 0; s < used; ++s) M = fmaxf(M, pp[s * (D + 2)]);
@@ -513,9 +523,7 @@ static bool all_single(std::span<const SeqP> seqs) {
   return true;
 }
 
-int64_t multi_table_bytes(size_t n_seqs) { return static_cast<int64_t>(n_seqs * std::max(sizeof(AttnParams), sizeof(KvRowDev))); }
-
-bool launch_kv_store_multi(const KvStoreP& a, void* table, cudaStream_t st) {
+bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
   if (!all_single(a.seqs)) return false;
   const int64_t row = a.n_head_kv * a.head_dim;
   std::vector<KvRowDev> t(a.seqs.size());
@@ -524,8 +532,9 @@ bool launch_kv_store_multi(const KvStoreP& a, void* table, cudaStream_t st) {
     t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos ? a.pos + s.tok0 : nullptr, s.pos0,
                     s.capacity, s.ring};
   }
-  BRASS_CUDA_CHECK(cudaMemcpyAsync(table, t.data(), t.size() * sizeof(KvRowDev), cudaMemcpyHostToDevice, st));
   const unsigned grid = static_cast<unsigned>(t.size());
+  const void* table = put.put(t.data(), t.size() * sizeof(KvRowDev), (uint64_t{1} << 40) | grid);
+  if (!table) return true;
   if (a.kv_type == DType::F16)
     kv_store_multi_kernel<__half><<<grid, 256, 0, st>>>(static_cast<const KvRowDev*>(table), row);
   else
@@ -541,7 +550,7 @@ int64_t attention_multi_scratch_floats(const AttentionP& a) {
 }
 
 template <int D>
-static void attention_multi_d(const AttentionP& a, float* partial, void* table, cudaStream_t st) {
+static void attention_multi_d(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st) {
   std::vector<AttnParams> t(a.seqs.size());
   int max_splits = 1;
   int64_t off = 0;
@@ -550,9 +559,10 @@ static void attention_multi_d(const AttentionP& a, float* partial, void* table, 
     off += a.n_head * p.n_splits * (D + 2);
     max_splits = std::max(max_splits, p.n_splits);
   }
-  BRASS_CUDA_CHECK(cudaMemcpyAsync(table, t.data(), t.size() * sizeof(AttnParams), cudaMemcpyHostToDevice, st));
-  const AttnParams* dt = static_cast<const AttnParams*>(table);
   dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
+  const uint64_t shape = (uint64_t{2} << 40) | (uint64_t{grid.x} << 28) | (uint64_t{grid.y} << 16) | grid.z;
+  const AttnParams* dt = static_cast<const AttnParams*>(put.put(t.data(), t.size() * sizeof(AttnParams), shape));
+  if (!dt) return;
   if (a.kv_type == DType::F16)
     attn_split_multi_kernel<D, __half><<<grid, kAttnWarps * kWarp, 0, st>>>(dt);
   else
@@ -563,13 +573,13 @@ static void attention_multi_d(const AttentionP& a, float* partial, void* table, 
   BRASS_CUDA_LAUNCHED();
 }
 
-bool launch_attention_multi(const AttentionP& a, float* partial, void* table, cudaStream_t st) {
+bool launch_attention_multi(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st) {
   if (!all_single(a.seqs) || a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) return false;
   switch (a.head_dim) {
-    case 16: attention_multi_d<16>(a, partial, table, st); return true;
-    case 32: attention_multi_d<32>(a, partial, table, st); return true;
-    case 64: attention_multi_d<64>(a, partial, table, st); return true;
-    case 128: attention_multi_d<128>(a, partial, table, st); return true;
+    case 16: attention_multi_d<16>(a, partial, put, st); return true;
+    case 32: attention_multi_d<32>(a, partial, put, st); return true;
+    case 64: attention_multi_d<64>(a, partial, put, st); return true;
+    case 128: attention_multi_d<128>(a, partial, put, st); return true;
     default: return false;
   }
 }

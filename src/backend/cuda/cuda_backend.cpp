@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -69,19 +70,80 @@ class CudaBuffer final : public Buffer {
   size_t n_;
 };
 
+// The parameter tables the multi-sequence launches of one recorded graph read: device
+// chunks owned by the graph, each with a pinned host mirror, and every table's place in
+// recording order. Graph::update rebuilds the tables into the mirrors (same order, same
+// sizes and launch shapes) and uploads each chunk once, ahead of the next launch.
+struct GraphTables {
+  struct Chunk {
+    void* dev = nullptr;
+    void* host = nullptr;
+    size_t cap = 0, used = 0;
+  };
+  struct Slot {
+    size_t chunk, off, bytes;
+    uint64_t shape;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<Slot> slots;
+  // False once the recording holds a launch with per-sequence values baked into its
+  // arguments (the single-sequence kernels): such a graph cannot be updated.
+  bool updatable = true;
+  cudaEvent_t uploaded = nullptr;  // the last upload from the mirrors
+
+  GraphTables() { BRASS_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming)); }
+  GraphTables(const GraphTables&) = delete;
+  GraphTables& operator=(const GraphTables&) = delete;
+  ~GraphTables() {
+    for (Chunk& c : chunks) {
+      cudaFree(c.dev);
+      cudaFreeHost(c.host);
+    }
+    cudaEventDestroy(uploaded);
+  }
+  // Recording: a new table (16-byte aligned); returns its device address (filled by upload()).
+  const void* append(const void* host, size_t bytes, uint64_t shape) {
+    const size_t need = (bytes + 15) & ~size_t{15};
+    if (chunks.empty() || chunks.back().used + need > chunks.back().cap) {
+      Chunk c;
+      c.cap = std::max<size_t>(need, size_t{256} << 10);
+      BRASS_CUDA_CHECK(cudaMalloc(&c.dev, c.cap));
+      BRASS_CUDA_CHECK(cudaHostAlloc(&c.host, c.cap, cudaHostAllocDefault));
+      chunks.push_back(c);
+    }
+    Chunk& c = chunks.back();
+    std::memcpy(static_cast<uint8_t*>(c.host) + c.used, host, bytes);
+    slots.push_back({chunks.size() - 1, c.used, bytes, shape});
+    const void* d = static_cast<uint8_t*>(c.dev) + c.used;
+    c.used += need;
+    return d;
+  }
+  void upload(cudaStream_t st) {
+    for (const Chunk& c : chunks)
+      BRASS_CUDA_CHECK(cudaMemcpyAsync(c.dev, c.host, c.used, cudaMemcpyHostToDevice, st));
+    BRASS_CUDA_CHECK(cudaEventRecord(uploaded, st));
+  }
+};
+
+using GraphUpdater = std::function<Status(GraphTables&, const std::function<void()>&)>;
+
 class CudaGraph final : public Graph {
  public:
-  CudaGraph(cudaGraphExec_t e, cudaStream_t st) : exec_(e), st_(st) {}
+  CudaGraph(cudaGraphExec_t e, cudaStream_t st, std::unique_ptr<GraphTables> tables, GraphUpdater updater)
+      : exec_(e), st_(st), tables_(std::move(tables)), updater_(std::move(updater)) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
   Status launch() override {
     const cudaError_t e = cudaGraphLaunch(exec_, st_);
     if (e != cudaSuccess) return Status::errorf("cuda: graph launch failed: {}", cudaGetErrorString(e));
     return Status::ok();
   }
+  Status update(const std::function<void()>& record) override { return updater_(*tables_, record); }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t st_;
+  std::unique_ptr<GraphTables> tables_;  // after exec_ in destruction order: the graph goes first
+  GraphUpdater updater_;
 };
 
 class CudaBackend final : public Backend {
@@ -158,11 +220,15 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  void embed(const EmbedArgs& a) override { launch_embed({dev_weight(a.table), a.tokens, a.n_tok, a.out}, st_); }
+  void embed(const EmbedArgs& a) override {
+    if (updating_) return;
+    launch_embed({dev_weight(a.table), a.tokens, a.n_tok, a.out}, st_); }
   void rms_norm(const RmsNormArgs& a) override {
+    if (updating_) return;
     launch_rms_norm({const_cast<float*>(a.x), nullptr, a.weight, a.out, a.n_rows, a.n, a.eps}, false, st_);
   }
   void matmul(const MatmulArgs& a) override {
+    if (updating_) return;
     const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
     if (q8x_ && use_dense_mma(p)) {
       launch_matmul_mma(p, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(p.n_tok, p.w.n_in))), st_);
@@ -175,12 +241,15 @@ class CudaBackend final : public Backend {
       launch_matmul(p, st_);
   }
   void rope(const RopeArgs& a) override {
+    if (updating_) return;
     launch_rope({a.x, a.pos, a.inv_freq, a.mscale, a.n_tok, a.n_heads, a.head_dim}, st_);
   }
   void kv_store(const KvStoreArgs& a) override {
     const auto seqs = seq_params(a.seqs);
     const KvStoreP p{a.k, a.v, a.kv_type, a.n_head_kv, a.head_dim, seqs, a.pos};
-    if (!capturing() && launch_kv_store_multi(p, kvtab_.get(multi_table_bytes(seqs.size())), st_)) return;
+    TableTo put(*this, kvtab_);
+    if (launch_kv_store_multi(p, put, st_)) return;
+    if (by_value_launch()) return;
     launch_kv_store(p, st_);
   }
   // The int8 MMA matmul (weight read once per 64 tokens) below the tensor-core threshold,
@@ -193,11 +262,6 @@ class CudaBackend final : public Backend {
     constexpr int64_t kBigWeight = int64_t{256} << 20;
     return !tc_ || p.n_tok < tc_->options().min_tok_dense || p.w.rows * p.w.n_in >= kBigWeight;
   }
-  bool capturing() const {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    BRASS_CUDA_CHECK(cudaStreamIsCapturing(st_, &cs));
-    return cs != cudaStreamCaptureStatusNone;
-  }
   void attention(const AttentionArgs& a) override {
     const auto all = seq_params(a.seqs);
     const AttentionP whole{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, all,
@@ -205,28 +269,33 @@ class CudaBackend final : public Backend {
     // Long chunks (prefill) on tensor cores; the rest (decode rows) on the split kernel.
     std::vector<SeqP> rest;
     for (const SeqP& s : all) {
-      if (tc_ && flash_prefill_supported(whole, s))
-        launch_flash_prefill(whole, s, st_);
-      else
+      if (tc_ && flash_prefill_supported(whole, s)) {
+        if (!by_value_launch()) launch_flash_prefill(whole, s, st_);
+      } else {
         rest.push_back(s);
+      }
     }
     if (rest.empty()) return;
     const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, rest, a.pos};
-    if (rest.size() > 1 && !capturing()) {  // batched decode: one launch for every sequence
+    if (rest.size() > 1) {  // batched decode: one launch for every sequence
       float* mp = static_cast<float*>(attn_.get(attention_multi_scratch_floats(p) * sizeof(float)));
-      if (launch_attention_multi(p, mp, attntab_.get(multi_table_bytes(rest.size())), st_)) return;
+      TableTo put(*this, attntab_);
+      if (launch_attention_multi(p, mp, put, st_)) return;
     }
+    if (by_value_launch()) return;
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
     launch_attention(p, partial, st_);
   }
   void router(const RouterArgs& a) override {
+    if (updating_) return;
     launch_router({a.logits, a.ids, a.weights, a.n_tok, a.n_expert, a.k}, st_);
   }
   void moe(const MoeArgs& a) override {
+    if (updating_) return;
     float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
     const MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
                  a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
-    if (tc_ && tc_->moe(p)) return;
+    if (tc_ && !recording_ && tc_->moe(p)) return;  // (it waits for the group sizes: not capturable)
     if (q8x_ && p.n_tok >= mma_moe_min_tok_ && moe_mma_supported(p)) {
       launch_moe_mma(p, mma_.get(static_cast<size_t>(moe_mma_scratch_bytes(p))), st_);
       return;
@@ -236,13 +305,20 @@ class CudaBackend final : public Backend {
     else
       launch_moe(p, act, st_);
   }
-  void add(const AddArgs& a) override { launch_add({a.y, a.x, a.n}, st_); }
-  void gather_rows(const GatherRowsArgs& a) override { launch_gather_rows({a.x, a.rows, a.out, a.n_rows, a.n}, st_); }
+  void add(const AddArgs& a) override {
+    if (!updating_) launch_add({a.y, a.x, a.n}, st_);
+  }
+  void gather_rows(const GatherRowsArgs& a) override {
+    if (!updating_) launch_gather_rows({a.x, a.rows, a.out, a.n_rows, a.n}, st_);
+  }
   void add_rms_norm(const AddRmsNormArgs& a) override {
+    if (updating_) return;
     launch_rms_norm({a.y, a.x, a.weight, a.out, a.n_rows, a.n, a.eps}, true, st_);
   }
   void attn_qkv(const AttnQkvArgs& a) override {
-    if (tc_ && a.n_tok >= tc_->options().min_tok_dense) {  // three tensor-core GEMMs + rope + store
+    // The fused kernel serves one sequence with its KV storage in the launch arguments;
+    // a graph update checks the composed form (whose KV store fails it unless batched).
+    if (updating_ || (tc_ && a.n_tok >= tc_->options().min_tok_dense)) {  // three tensor-core GEMMs + rope + store
       Backend::attn_qkv(a);
       return;
     }
@@ -254,17 +330,22 @@ class CudaBackend final : public Backend {
                                         a.head_dim, a.kv_type, seqs, q8x_},
                                        st_);
     if (!fused) Backend::attn_qkv(a);
+    else if (recording_) recording_->updatable = false;
   }
   void argmax(const ArgmaxArgs& a) override {
+    if (updating_) return;
     void* partial = argmax_partial_.get(a.n_rows * kArgmaxBlocks * 8);
     unsigned* counter = static_cast<unsigned*>(argmax_counter_.get(a.n_rows * sizeof(unsigned)));
     launch_argmax({a.x, a.out, a.n_rows, a.n, a.pos, a.history}, partial, counter, st_);
   }
 
   Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record) override {
+    auto tables = std::make_unique<GraphTables>();
     cudaError_t e = cudaStreamBeginCapture(st_, cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) return Status::errorf("cuda: begin capture: {}", cudaGetErrorString(e));
+    recording_ = tables.get();
     record();
+    recording_ = nullptr;
     cudaGraph_t g = nullptr;
     e = cudaStreamEndCapture(st_, &g);
     if (e != cudaSuccess) return Status::errorf("cuda: end capture: {}", cudaGetErrorString(e));
@@ -272,12 +353,61 @@ class CudaBackend final : public Backend {
     e = cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) return Status::errorf("cuda: graph instantiate: {}", cudaGetErrorString(e));
-    return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, st_));
+    tables->upload(st_);
+    GraphUpdater up = [this](GraphTables& t, const std::function<void()>& rec) { return update_tables(t, rec); };
+    return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, st_, std::move(tables), std::move(up)));
   }
 
   CudaUploadStats stats() const { return {upload_bytes_, upload_seconds_}; }
 
  private:
+  // Where a multi-sequence launch's table goes: eagerly into `eager` scratch (copied on
+  // the stream); while recording a graph into the graph's tables; during a graph update
+  // into the recorded table's mirror slot (nothing is launched).
+  struct TableTo final : TablePut {
+    CudaBackend& b;
+    Scratch& eager;
+    TableTo(CudaBackend& be, Scratch& s) : b(be), eager(s) {}
+    const void* put(const void* host, size_t bytes, uint64_t shape) override {
+      if (b.updating_) return b.update_slot(host, bytes, shape);
+      if (b.recording_) return b.recording_->append(host, bytes, shape);
+      void* d = eager.get(bytes);
+      BRASS_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, b.st_));
+      return d;
+    }
+  };
+  const void* update_slot(const void* host, size_t bytes, uint64_t shape) {
+    GraphTables& t = *updating_;
+    if (update_next_ >= t.slots.size() || t.slots[update_next_].bytes != bytes || t.slots[update_next_].shape != shape) {
+      update_ok_ = false;
+      return nullptr;
+    }
+    const GraphTables::Slot& sl = t.slots[update_next_++];
+    std::memcpy(static_cast<uint8_t*>(t.chunks[sl.chunk].host) + sl.off, host, bytes);
+    return nullptr;
+  }
+  // A launch with per-sequence values in its arguments is about to be recorded or
+  // re-issued: a graph holding it cannot be updated, and an update meeting it fails.
+  // True when the launch must be skipped (during an update).
+  bool by_value_launch() {
+    if (recording_) recording_->updatable = false;
+    if (updating_) update_ok_ = false;
+    return updating_ != nullptr;
+  }
+  Status update_tables(GraphTables& t, const std::function<void()>& record) {
+    if (!t.updatable) return Status::error("cuda: this graph has per-sequence launch arguments; record a new one");
+    BRASS_CUDA_CHECK(cudaEventSynchronize(t.uploaded));  // the mirrors are free to rewrite
+    updating_ = &t;
+    update_next_ = 0;
+    update_ok_ = true;
+    record();
+    updating_ = nullptr;
+    if (!update_ok_ || update_next_ != t.slots.size())
+      return Status::error("cuda: graph update: the ops or their shapes differ from the recording");
+    t.upload(st_);
+    return Status::ok();
+  }
+
   // host -> device through two pinned buffers of kStage bytes.
   Status staged_copy(uint8_t* dst, const uint8_t* src, int64_t bytes) {
     constexpr int64_t kStage = 64 << 20;
@@ -313,6 +443,10 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> stage_ev_;
   Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
+  GraphTables* recording_ = nullptr;  // the graph being captured (capture())
+  GraphTables* updating_ = nullptr;   // the graph being updated (ops only rebuild tables)
+  size_t update_next_ = 0;            // next table slot of updating_
+  bool update_ok_ = true;
   int64_t upload_bytes_ = 0;
   double upload_seconds_ = 0.0;
 };

@@ -122,12 +122,20 @@ void launch_kv_store(const KvStoreP& a, cudaStream_t st);
 int64_t attention_scratch_floats(const AttentionP& a);  // partials the launch needs
 void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
 // Batched decode (>= 2 sequences of one token each): one launch for all sequences, their
-// parameters in a device table (multi_table_bytes(n_seqs) bytes of scratch, uploaded by
-// the call: not for graph capture). false (nothing done) when the batch is not of that form.
-int64_t multi_table_bytes(size_t n_seqs);
-bool launch_kv_store_multi(const KvStoreP& a, void* table, cudaStream_t st);
+// parameters in a device table. The launcher builds the table on the host and hands it to
+// `put`, which returns where the kernels will read it (device memory, filled before any
+// later work on the stream runs), or null: then nothing is launched (a graph update only
+// rewrites the tables of recorded launches). `shape` identifies the launch configuration
+// the table was built for (grid sizes), so a recorded launch is never fed a table of
+// another shape. false (nothing done) when the batch is not of that form.
+struct TablePut {
+  virtual const void* put(const void* host, size_t bytes, uint64_t shape) = 0;
+ protected:
+  ~TablePut() = default;
+};
+bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st);
 int64_t attention_multi_scratch_floats(const AttentionP& a);
-bool launch_attention_multi(const AttentionP& a, float* partial, void* table, cudaStream_t st);
+bool launch_attention_multi(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st);
 // Fused q/k/v + bias + RoPE + KV store for one sequence; false if the fused kernel does
 // not cover the shapes (the caller then composes basic ops).
 bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st);
