@@ -14,7 +14,8 @@
 //                   does for greedy requests): aggregate tok/s = S * G / seconds, ms per
 //                   step, GB/s and % of the floor.
 // Before timing: one warm-up (a short prefill and a few decode steps at each depth, which
-// also captures the decode graphs). Every row reports the mean and standard deviation
+// also captures the decode graphs; an untimed prefill of each pp size; a short batched run
+// of each --streams size, which records its graph). Every row reports the mean and standard deviation
 // over --reps repetitions.
 //
 // Bytes read per decoded token (the numerator of GB/s), from the loaded model:
@@ -326,11 +327,11 @@ Runner add_bench(CLI::App& app) {
     std::vector<Row> rows;
     for (int64_t p : *pp) {
       Row r{fmt::format("pp{}", p), p, 0, 0, {}, 0, 0, {}};
-      for (int rep = 0; rep < o->reps; ++rep) {
+      for (int rep = -1; rep < o->reps; ++rep) {  // rep -1: warm-up (scratch growth, GEMM plans at this size)
         if (auto s = m.add_sequence(seq); !s) return fail(s.message());
         const double t0 = now_s();
         if (auto s = prefill(seq, p); !s) return fail(s.message());
-        r.secs.push_back(now_s() - t0);
+        if (rep >= 0) r.secs.push_back(now_s() - t0);
         (void)m.remove_sequence(seq++);
       }
       std::fprintf(stderr, "brass: bench: %s: %.1f tok/s\n", r.test.c_str(), p / mean(r.secs));

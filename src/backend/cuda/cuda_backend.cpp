@@ -152,6 +152,9 @@ class CudaBackend final : public Backend {
       : device_(device), q8x_(q8x), mma_moe_min_tok_(mma_moe_min_tok), mma_dense_max_tok_(mma_dense_max_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &kvtab_, &attntab_, &mma_,
+                        &mma_dense_})
+      sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)");

@@ -29,6 +29,7 @@ bool is_bf16(int t) { return t == kMX || t == kBF16; }
 }  // namespace
 
 TensorCores::TensorCores(cudaStream_t st, TcOptions o) : st_(st), opt_(o) {
+  for (Scratch* sc : {&ws_, &wdq_, &xh_, &groups_, &h_buf_, &act_, &o_buf_}) sc->stream = st_;
   check_cublas(cublasCreate(&h_), "cublasCreate");
   check_cublas(cublasSetStream(h_, st_), "cublasSetStream");
   // Our own workspace: required for stream capture, and it keeps cuBLAS from allocating.
