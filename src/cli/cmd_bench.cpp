@@ -14,9 +14,9 @@
 //                   does for greedy requests): aggregate tok/s = S * G / seconds, ms per
 //                   step, GB/s and % of the floor.
 // Before timing: one warm-up (a short prefill and a few decode steps at each depth, which
-// also captures the decode graphs; an untimed prefill of each pp size; a short batched run
-// of each --streams size, which records its graph). Every row reports the mean and standard deviation
-// over --reps repetitions.
+// also captures the decode graphs; an untimed prefill of each pp size; a short batched
+// run of each --streams size, which records its graph). Every row reports the mean and
+// standard deviation over --reps repetitions.
 //
 // Bytes read per decoded token (the numerator of GB/s), from the loaded model:
 //   weights:  per layer: wq, wk, wv, wo, the router matrix, and n_expert_used x (gate +
@@ -222,8 +222,8 @@ Runner add_bench(CLI::App& app) {
              "reads: attention + router + output-head weights, the n_expert_used selected experts per layer, one\n"
              "token-embedding row, and the KV cache at that depth. The floor is measured: on the CPU a\n"
              "multi-threaded 1 GiB read probe, on CUDA a 1 GiB device-to-device copy (read + write).\n"
-             "x<S> tg<G>: S sequences decoded together, one forward call per step after --stream-prompt-token\n"
-             "prompts: aggregate tok/s; its ms/tok column is ms per step, and GB/s counts the experts any of\n"
+             "x<S> tg<G>: S sequences decoded together, one forward call per step after prompts of\n"
+             "--stream-prompt tokens: aggregate tok/s; its ms/tok column is ms per step, and GB/s counts the experts any of\n"
              "the S tokens touches (uniform routing) once per step.");
   return [o]() -> int {
     auto pp = parse_list("-p", o->pp, 0, 1 << 20);

@@ -224,8 +224,8 @@ class CudaBackend final : public Backend {
   }
 
   void embed(const EmbedArgs& a) override {
-    if (updating_) return;
-    launch_embed({dev_weight(a.table), a.tokens, a.n_tok, a.out}, st_); }
+    if (!updating_) launch_embed({dev_weight(a.table), a.tokens, a.n_tok, a.out}, st_);
+  }
   void rms_norm(const RmsNormArgs& a) override {
     if (updating_) return;
     launch_rms_norm({const_cast<float*>(a.x), nullptr, a.weight, a.out, a.n_rows, a.n, a.eps}, false, st_);
