@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "core/log.h"
@@ -267,30 +268,28 @@ Status Model::forward_round(std::span<const Step> steps) {
 
 Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
                                const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy) {
-  const bool graphs = opt_.use_graphs && !be_->host_memory();
-  if (!graphs) {
-    record_round(1, 1, seqs, /*direct=*/true, greedy);
+  auto record = [&] { record_round(1, 1, seqs, /*direct=*/true, greedy); };
+  if (!opt_.use_graphs || be_->host_memory()) {
+    record();
     return Status::ok();
   }
-  GraphSlot& g = cache[seq_id];
-  if (g.graph && g.scratch_gen != scratch_gen_) g = GraphSlot{};
-  if (!g.graph && g.eager_runs < 1) {  // the first step runs eagerly: backend scratch settles
-    record_round(1, 1, seqs, /*direct=*/true, greedy);
-    ++g.eager_runs;
-    return Status::ok();
-  }
-  if (!g.graph) {
-    BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture([&] { record_round(1, 1, seqs, /*direct=*/true, greedy); }));
-    g.scratch_gen = scratch_gen_;
-  }
-  return g.graph->launch();
+  // The sequence's storage is fixed for its life: its graph replays as recorded.
+  return run_in_slot(cache[seq_id], record, /*retarget=*/false);
 }
 
 Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs) {
   constexpr size_t kMaxBatchGraphs = 64;
-  auto record = [&] { record_round(n, n, seqs, /*direct=*/true, /*greedy=*/false); };
-  GraphSlot& g = batch_graphs_[n];
-  g.last_use = ++batch_uses_;
+  batch_graphs_[n].last_use = ++batch_uses_;
+  if (batch_graphs_.size() > kMaxBatchGraphs) {
+    auto lru = std::min_element(batch_graphs_.begin(), batch_graphs_.end(),
+                                [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+    batch_graphs_.erase(lru);  // (never n: it was just used)
+  }
+  return run_in_slot(batch_graphs_.at(n), [&] { record_round(n, n, seqs, /*direct=*/true, /*greedy=*/false); },
+                     /*retarget=*/true);
+}
+
+Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget) {
   if (g.scratch_gen != scratch_gen_) {  // new, or the scratch moved: start over
     g.graph.reset();
     g.eager_runs = 0;
@@ -298,6 +297,7 @@ Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::
     g.scratch_gen = scratch_gen_;
   }
   if (g.graph) {
+    if (!retarget) return g.graph->launch();
     if (g.graph->update(record).is_ok()) return g.graph->launch();
     g.graph.reset();
     g.eager_only = true;  // (an update can only fail for a recording the backend cannot re-target)
@@ -308,12 +308,7 @@ Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::
     return Status::ok();
   }
   BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture(record));
-  if (batch_graphs_.size() > kMaxBatchGraphs) {
-    auto lru = std::min_element(batch_graphs_.begin(), batch_graphs_.end(),
-                                [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-    if (lru->first != n) batch_graphs_.erase(lru);
-  }
-  return batch_graphs_.at(n).graph->launch();
+  return g.graph->launch();
 }
 
 void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,

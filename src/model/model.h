@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -131,6 +132,9 @@ class Model {
   // Run a round of n >= 2 sequences with one token each (batched decode) through the
   // graph recorded for n sequences, updated for this round's sequences (see Graph::update).
   Status run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs);
+  // A slot's round: eagerly the first time (and after the scratch moved), then recorded
+  // and replayed; `retarget`: each replay is first updated by re-issuing `record`.
+  Status run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget);
 
   std::unique_ptr<gguf::Reader> reader_;
   GptOssConfig cfg_;

@@ -158,6 +158,17 @@ TEST(CudaModel, TensorCorePrefillStaysCloseToReference) {
   run_case(DType::F16, TinySpec{}, 0.05, true, 200, 256);
 }
 
+// The batched-decode tests' model: gpt-oss's head_dim 64 (the flash and multi-sequence
+// kernels' shape) with 8 query heads per 2 KV heads.
+TinySpec batched_spec() {
+  TinySpec spec;
+  spec.head_dim = 64;
+  spec.n_head = 8;
+  spec.n_head_kv = 2;
+  spec.n_embd = 128;
+  return spec;
+}
+
 // Batched decode: N sequences of different lengths stepped together (one forward call per
 // step, the one-launch multi-sequence attention and KV store) must pick the same greedy
 // tokens as each sequence decoded alone, with logits equal to f32 rounding (exact mode:
@@ -168,11 +179,7 @@ TEST(CudaModel, BatchedDecodeEqualsSingleStreams) {
   backend::testing::Rng rng;
   SEED_TRACE(rng);
   TempFile file("cuda_batched");
-  TinySpec spec;
-  spec.head_dim = 64;
-  spec.n_head = 8;
-  spec.n_head_kv = 2;
-  spec.n_embd = 128;
+  const TinySpec spec = batched_spec();
   ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
   ModelOptions o;
   o.kv_type = DType::F16;
@@ -226,11 +233,7 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
     backend::testing::Rng rng;
     SEED_TRACE(rng);
     TempFile file("cuda_batch_graphs");
-    TinySpec spec;
-    spec.head_dim = 64;
-    spec.n_head = 8;
-    spec.n_head_kv = 2;
-    spec.n_embd = 128;
+    const TinySpec spec = batched_spec();
     ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
     ModelOptions o;
     o.kv_type = DType::F16;
