@@ -2,6 +2,7 @@
 // basic ops. They are the CPU twins of the fused CUDA kernels: any backend that does
 // not override an op gets exactly this composition.
 #include "backend/backend.h"
+#include "backend/sampling.h"
 
 namespace brass::backend {
 
@@ -34,6 +35,11 @@ void Backend::argmax(const ArgmaxArgs& a) {
       a.pos[r] += 1;
     }
   }
+}
+
+void Backend::sample(const SampleArgs& a) {
+  for (int64_t r = 0; r < a.n_rows; ++r)
+    a.out[r] = sample_row(std::span<const float>(a.x + r * a.n, static_cast<size_t>(a.n)), a.params[r]);
 }
 
 Status Graph::update(const std::function<void()>&) {

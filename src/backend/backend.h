@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "backend/sample_noise.h"
 #include "core/status.h"
 
 namespace brass::backend {
@@ -244,6 +245,17 @@ struct ArgmaxArgs {
   int32_t* history = nullptr;  // (n_ctx) token per position, or null
 };
 
+// Token sampling (backend/sampling.h defines the draw): out[r] = the token drawn from row
+// r of x with params[r] (temperature <= 0: argmax). params lives in backend memory, so a
+// recorded launch reads each replay's values (new seeds, counters) from there.
+struct SampleArgs {
+  const float* x = nullptr;                // (n_rows, n) logits
+  const SampleParams* params = nullptr;    // (n_rows) backend memory
+  int32_t* out = nullptr;                  // (n_rows) backend memory
+  int64_t n_rows = 0;
+  int64_t n = 0;
+};
+
 // Recorded backend work that can be launched again with the same arguments (a CUDA
 // graph). Values that change between launches must live in backend memory.
 class Graph {
@@ -296,6 +308,7 @@ class Backend {
   virtual void add_rms_norm(const AddRmsNormArgs& a);
   virtual void attn_qkv(const AttnQkvArgs& a);
   virtual void argmax(const ArgmaxArgs& a);  // default: host loop (host-memory backends)
+  virtual void sample(const SampleArgs& a);  // default: backend::sample_row per row (host memory)
   // Record the ops `record` issues into a Graph (instead of running them). Default:
   // unsupported (an error status).
   virtual Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record);

@@ -162,7 +162,7 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
                               ch.seq_id, ch.tokens[i], i, cfg_.n_vocab);
     }
     out.row0[c] = total_rows;
-    out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : ch.greedy ? 0 : 1;
+    out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : (ch.greedy || ch.sample) ? 0 : 1;
     total_rows += out.n_rows[c];
   }
   out.logits.assign(total_rows * cfg_.n_vocab, 0.0f);
@@ -185,9 +185,10 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
         s.out_dst = out.logits.data() + (out.row0[c] + off) * cfg_.n_vocab;
       } else if (end == n) {
         s.out_first = static_cast<int64_t>(s.tokens.size()) - 1;
-        if (ch.greedy) {
+        if (ch.greedy || ch.sample) {
           s.out_dst = nullptr;
           s.greedy_dst = &out.token[c];
+          s.sample = ch.sample;
         } else {
           s.out_dst = out.logits.data() + out.row0[c] * cfg_.n_vocab;
         }
@@ -244,7 +245,27 @@ Status Model::forward_round(std::span<const Step> steps) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
     // Greedy rows: the argmax of every output row on the backend, only the ids come back.
     std::vector<int32_t> picks;
-    if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
+    // Sampled rows: one sample op over every output row, per-row parameters from backend
+    // memory (greedy and logits-only rows get temperature 0: an argmax nobody reads).
+    if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.sample != nullptr; })) {
+      std::vector<backend::SampleParams> params(static_cast<size_t>(n_out));
+      for (auto& p : params) p.temperature = 0.0f;
+      int64_t r = 0;
+      for (const Step& s : steps) {
+        if (s.out_first < 0) continue;
+        r += static_cast<int64_t>(s.tokens.size()) - s.out_first;
+        if (s.sample) params[r - 1] = *s.sample;
+      }
+      const size_t bytes = params.size() * sizeof(backend::SampleParams);
+      if (!sample_params_ || sample_params_->size() < bytes) {
+        BRASS_ASSIGN_OR_RETURN(sample_params_, be.alloc(bytes));
+      }
+      be.upload(sample_params_->data(), params.data(), bytes);
+      be.sample({.x = lg, .params = sample_params_->as<backend::SampleParams>(), .out = picks_->as<int32_t>(),
+                 .n_rows = n_out, .n = c.n_vocab});
+      picks.resize(n_out);
+      be.download(picks.data(), picks_->data(), n_out * sizeof(int32_t));
+    } else if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
       be.argmax({.x = lg, .out = picks_->as<int32_t>(), .n_rows = n_out, .n = c.n_vocab});
       picks.resize(n_out);
       be.download(picks.data(), picks_->data(), n_out * sizeof(int32_t));

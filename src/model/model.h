@@ -48,6 +48,10 @@ struct SeqChunk {
   // and only the token comes back (ForwardOutput::token): no logits row for this chunk.
   // Ignored with all_logits.
   bool greedy = false;
+  // Non-null: the chunk's last row is sampled on the backend with these parameters
+  // (backend::SampleArgs; temperature <= 0 is greedy) and only the token comes back, as
+  // with greedy. Read during forward() only. Ignored with all_logits.
+  const backend::SampleParams* sample = nullptr;
 };
 
 struct ForwardOutput {
@@ -55,7 +59,7 @@ struct ForwardOutput {
   std::vector<float> logits;   // (total rows, n_vocab), chunks in batch order
   std::vector<int64_t> row0;   // per chunk: its first row
   std::vector<int64_t> n_rows; // per chunk: 1, its token count when all_logits, 0 when greedy
-  std::vector<int32_t> token;  // per chunk: the greedy pick of a `greedy` chunk, else -1
+  std::vector<int32_t> token;  // per chunk: the pick of a `greedy` or `sample` chunk, else -1
   const float* row(size_t chunk, int64_t i = 0) const {
     return logits.data() + (row0[chunk] + i) * n_vocab;
   }
@@ -109,6 +113,7 @@ class Model {
     int64_t out_first;   // first token index (within the sub-chunk) that needs logits; -1: none
     float* out_dst;      // where those rows go (host); null with greedy_dst
     int32_t* greedy_dst = nullptr;  // greedy chunk's last sub-chunk: the argmax of its last row goes here
+    const backend::SampleParams* sample = nullptr;  // with greedy_dst: sample that row instead
   };
   Model() = default;
   Status forward_round(std::span<const Step> steps);
@@ -148,6 +153,7 @@ class Model {
   int64_t cap_tok_ = 0, cap_out_ = 0;
   std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_, tok_, pos_;
   std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_, picks_;
+  std::unique_ptr<backend::Buffer> sample_params_;  // (n_out) backend::SampleParams of a sampled round
   uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)
   std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
   std::map<int64_t, GraphSlot> batch_graphs_;  // by batch size

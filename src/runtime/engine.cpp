@@ -198,6 +198,7 @@ class Engine::Impl {
   // row: the logits row; null when the backend picked greedily (`picked`).
   void sample(Seq& s, const float* row, int32_t picked = -1);
   bool device_greedy(const Seq& s) const;
+  bool device_sample(const Seq& s) const;
   void finish(Seq& s, FinishReason why, int32_t token, const std::string& err);
   void finish_completion(ReqState& r, int32_t index, FinishReason why, int32_t token, const std::string& err);
   void maybe_done(ReqState& r);
@@ -456,6 +457,7 @@ void Engine::Impl::step() {
   if (plan.empty()) return;
   std::vector<model::SeqChunk> batch;
   batch.reserve(plan.size());
+  std::vector<backend::SampleParams> draws(plan.size());  // the chunks' device draws (read by forward)
   const auto now = Clock::now();
   int64_t n_tok = 0;
   for (const SchedChunk& c : plan) {
@@ -464,6 +466,10 @@ void Engine::Impl::step() {
                      .tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, c.n_tokens),
                      .pos0 = static_cast<int32_t>(s.computed),
                      .greedy = device_greedy(s)});
+    if (device_sample(s)) {
+      draws[batch.size() - 1] = s.sampler.draw_params();
+      batch.back().sample = &draws[batch.size() - 1];
+    }
     if (!s.req->scheduled) {
       s.req->scheduled = true;
       s.req->t_first_sched = now;
@@ -515,10 +521,21 @@ bool Engine::Impl::device_greedy(const Seq& s) const {
   return p.temperature <= 0.0f && !penalties && p.n_logprobs == 0 && !s.req->req.token_logprob && !s.constraint;
 }
 
+// A plain draw (temperature, top-k / top-p / min-p) needs no logits on the host either:
+// the backend's sample op draws it with the sequence's seed and draw counter (the same
+// draw the host Sampler would make; the counter advances either way).
+bool Engine::Impl::device_sample(const Seq& s) const {
+  const SamplerParams& p = s.req->req.sampling;
+  const bool penalties = p.penalty_last_n != 0 && (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                                   p.frequency_penalty != 0.0f);
+  return p.temperature > 0.0f && !penalties && p.n_logprobs == 0 && !s.req->req.token_logprob && !s.constraint;
+}
+
 void Engine::Impl::sample(Seq& s, const float* row, int32_t picked) {
   SampleResult r;
   if (row == nullptr) {
     r.token = picked;
+    if (s.req->req.sampling.temperature > 0.0f) s.sampler.skip_draw();  // drawn on the backend
   } else {
     std::span<const float> logits(row, static_cast<size_t>(n_vocab));
     if (s.constraint) {

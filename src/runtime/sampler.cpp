@@ -1,5 +1,6 @@
-// Sampler implementation: penalties, top-k, temperature, softmax, top-p, min-p, draw.
-// See sampler.h for the exact definitions and their order.
+// Sampler implementation: penalties, then the draw of backend::sample_row (top-k,
+// temperature, top-p, min-p, exponential race); filtered_distribution spells the kept set
+// out with probabilities. See sampler.h for the exact definitions and their order.
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "backend/sampling.h"
 #include "core/status.h"
 
 namespace brass::runtime {
@@ -148,11 +150,17 @@ void logprobs(std::span<const float> logits, int32_t token, int32_t n_top, float
 
 }  // namespace sampling
 
-Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplerParams& params) : params_(params) {}
 
-double Sampler::next_uniform() {
-  // 53 random bits -> [0, 1) exactly representable, identical on every platform.
-  return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+backend::SampleParams Sampler::draw_params() const {
+  backend::SampleParams p;
+  p.temperature = params_.temperature;
+  p.top_k = params_.top_k;
+  p.top_p = params_.top_p;
+  p.min_p = params_.min_p;
+  p.seed = params_.seed;
+  p.counter = counter_;
+  return p;
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
@@ -164,17 +172,8 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const int3
   if (params_.temperature <= 0.0f) {
     r.token = sampling::argmax(work_);
   } else {
-    const auto dist = sampling::filtered_distribution(work_, params_);
-    const double u = next_uniform();
-    double cum = 0.0;
-    r.token = dist.back().token;  // fallback when rounding leaves cum just below u
-    for (const auto& x : dist) {
-      cum += x.p;
-      if (u < cum) {
-        r.token = x.token;
-        break;
-      }
-    }
+    r.token = backend::sample_row(work_, draw_params());
+    ++counter_;
   }
   sampling::logprobs(logits, r.token, params_.n_logprobs, &r.logprob,
                      params_.n_logprobs > 0 ? &r.top : nullptr);

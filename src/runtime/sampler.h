@@ -5,27 +5,39 @@
 //        repetition (llama.cpp / CTRL): logit > 0 ? logit / r : logit * r, once per distinct token
 //        presence / frequency (OpenAI): logit -= presence * [count > 0] + frequency * count
 //   2. top-k          keep the k largest logits (0 = off)
-//   3. temperature    logit / T  (T <= 0 means greedy: argmax after penalties, no randomness)
+//   3. temperature    s = logit * (1 / T)  (T <= 0 means greedy: argmax after penalties, no randomness)
 //   4. softmax        over the kept candidates
 //   5. top-p          keep the smallest prefix (by probability, descending) whose mass >= p
 //   6. min-p          keep candidates with p >= min_p * p_max
-//   7. renormalize and draw one token with the seeded generator
+//   7. draw one token from the renormalized kept set by an exponential race (Gumbel-max):
+//        token = argmax over the kept set of s_i - log(E_i), E_i ~ Exp(1) from a
+//        counter-based hash of (seed, draw counter, token id) (backend/sample_noise.h)
 // Ties between equal logits are broken by the lower token id everywhere, so the kept set
-// is a deterministic function of the logits.
+// is a deterministic function of the logits (order: s descending, then lower id).
+//
+// Steps 2..7 are backend::sample_row (backend/sampling.h): the same function is the
+// reference of the backends' sample op, so a draw made on a device (the CUDA kernel) and
+// one made here give the same token for the same (seed, counter) and logits, except where
+// a float rounding (expf / logf one ulp apart) puts a cumulative mass, a min-p ratio or two
+// race scores exactly on a boundary. filtered_distribution below is the same kept set with
+// its probabilities (the definition the draw is tested against).
 //
 // Log-probabilities reported with a sampled token (chosen and top-n) are those of the
 // model's own distribution: log_softmax of the raw logits, before penalties and filters
 // (what the OpenAI API reports).
 //
-// Randomness: std::mt19937_64 seeded with `seed`; uniform doubles are built from the top
-// 53 bits by hand (std::uniform_real_distribution is implementation-defined), so the same
-// seed gives the same tokens on every platform.
+// Randomness: no generator state but the draw counter: draw number c (c = 0, 1, 2, ... per
+// Sampler, one per sample() call with T > 0) uses the noise of (seed, c). A caller that
+// draws elsewhere (on the backend, with draw_params()) calls skip_draw() so the next host
+// draw continues the same sequence: host and device draws are interchangeable. Integer
+// hashing and IEEE float ops only, so the same seed gives the same tokens on every platform.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <vector>
+
+#include "backend/sample_noise.h"
 
 namespace brass::runtime {
 
@@ -85,12 +97,16 @@ class Sampler {
   SampleResult sample(std::span<const float> logits, std::span<const int32_t> history);
 
   const SamplerParams& params() const { return params_; }
-  // A uniform double in [0, 1) from the generator (exposed for tests).
-  double next_uniform();
+  // The number of draws made so far (the next draw's counter).
+  uint64_t draw_counter() const { return counter_; }
+  // The next draw's parameters for a backend sample op (temperature, filters, seed, counter).
+  backend::SampleParams draw_params() const;
+  // A draw was made elsewhere with draw_params(): advance the counter.
+  void skip_draw() { ++counter_; }
 
  private:
   SamplerParams params_;
-  std::mt19937_64 rng_;
+  uint64_t counter_ = 0;
   std::vector<float> work_;  // (n_vocab) penalized logits
 };
 

@@ -14,6 +14,7 @@
 
 #include <random>
 
+#include "backend/sampling.h"
 #include "gguf/reader.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -156,6 +157,58 @@ TEST(Model, GreedyChunksReturnTheArgmaxOfTheirLastRow) {
     expect_rows_near(go.row(1), lo.row(1), V, 1e-5, "logits chunk in a greedy batch");
     for (int s = 0; s < 3; ++s) {
       const int32_t want = host_argmax(lo.row(s));
+      if (s != 1) EXPECT_EQ(go.token[s], want) << "step " << step << " sequence " << s;
+      pos[s] += static_cast<int32_t>(toks[s].size());
+      toks[s] = {want};
+    }
+  }
+}
+
+// Sampled chunks (SeqChunk::sample) mixed with greedy and logits chunks, prompts split
+// into rounds: each sampled token equals backend::sample_row (the reference draw) on the
+// same row of a twin model that returns logits, for the same seed and counter.
+TEST(Model, SampledChunksDrawFromTheirLastRow) {
+  Fixture f;
+  FIX_TRACE(f);
+  ModelOptions o;
+  o.max_chunk_tokens = 4;
+  auto sampled = f.load(o), logits = f.load(o);
+  ASSERT_TRUE(sampled && logits);
+  const int64_t V = sampled->config().n_vocab;
+  std::vector<std::vector<int32_t>> toks = {f.tokens(9), f.tokens(1), f.tokens(3), f.tokens(5)};
+  for (int s = 0; s < 4; ++s) {
+    ASSERT_TRUE(sampled->add_sequence(s).is_ok());
+    ASSERT_TRUE(logits->add_sequence(s).is_ok());
+  }
+  std::mt19937_64 rng(f.seed);
+  std::vector<int32_t> pos(4, 0);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<backend::SampleParams> params(4);
+    for (auto& p : params) {
+      p.temperature = 0.3f + static_cast<float>(rng() % 170) / 100.0f;
+      p.top_k = static_cast<int32_t>(rng() % 3) * 5;
+      p.top_p = rng() % 2 ? 1.0f : 0.8f;
+      p.min_p = rng() % 2 ? 0.0f : 0.05f;
+      p.seed = rng();
+      p.counter = static_cast<uint64_t>(step);
+    }
+    std::vector<SeqChunk> g, l;
+    for (int s = 0; s < 4; ++s) {
+      g.push_back({.seq_id = s, .tokens = toks[s], .pos0 = pos[s], .greedy = s == 2,
+                   .sample = (s == 0 || s == 3) ? &params[s] : nullptr});
+      l.push_back({.seq_id = s, .tokens = toks[s], .pos0 = pos[s]});
+    }
+    ForwardOutput go, lo;
+    ASSERT_TRUE(sampled->forward(g, go).is_ok());
+    ASSERT_TRUE(logits->forward(l, lo).is_ok());
+    EXPECT_EQ(go.token[1], -1);
+    EXPECT_EQ(go.n_rows[0], 0);
+    EXPECT_EQ(go.n_rows[3], 0);
+    expect_rows_near(go.row(1), lo.row(1), V, 1e-5, "logits chunk in a sampled batch");
+    for (int s = 0; s < 4; ++s) {
+      const std::span<const float> row(lo.row(s), static_cast<size_t>(V));
+      int32_t want = backend::argmax_row(row);
+      if (s == 0 || s == 3) want = backend::sample_row(row, params[s]);
       if (s != 1) EXPECT_EQ(go.token[s], want) << "step " << step << " sequence " << s;
       pos[s] += static_cast<int32_t>(toks[s].size());
       toks[s] = {want};

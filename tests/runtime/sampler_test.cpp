@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "backend/sampling.h"
 #include "runtime/sampler.h"
 
 namespace brass::runtime {
@@ -328,20 +329,170 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
   }
 }
 
-TEST(Sampler, UniformIsInUnitInterval) {
-  Sampler s(SamplerParams{});
-  double mn = 1, mx = 0, sum = 0;
-  for (int i = 0; i < 100000; ++i) {
-    const double u = s.next_uniform();
-    ASSERT_GE(u, 0.0);
-    ASSERT_LT(u, 1.0);
-    mn = std::min(mn, u);
-    mx = std::max(mx, u);
-    sum += u;
+// The race's noise: V in (0, 1), E = -log(1 - V) ~ Exp(1) (mean 1, P(E > 1) = 1/e), and
+// the bits of neighbouring (seed, counter, token) triples look independent (mean of V).
+TEST(Sampler, RaceNoiseIsUniformAndExponential) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  double mn = 1, mx = 0, sum_v = 0, sum_e = 0, above1 = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t st = backend::sample::stream(seed, static_cast<uint64_t>(i / 100));
+    const uint64_t bits = backend::sample::token_bits(st, i % 100);
+    const double v = backend::sample::uniform_open(bits);
+    ASSERT_GT(v, 0.0);
+    ASSERT_LT(v, 1.0);
+    const double e = backend::sample::exp1(bits);
+    EXPECT_NEAR(e, -std::log1p(-v), 1e-6 * (1 + e));
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
+    sum_v += v;
+    sum_e += e;
+    above1 += e > 1.0;
   }
-  EXPECT_NEAR(sum / 100000, 0.5, 0.01);
-  EXPECT_LT(mn, 0.001);
-  EXPECT_GT(mx, 0.999);
+  EXPECT_NEAR(sum_v / n, 0.5, 0.005);
+  EXPECT_NEAR(sum_e / n, 1.0, 0.01);
+  EXPECT_NEAR(above1 / n, std::exp(-1.0), 0.005);
+  EXPECT_LT(mn, 1e-4);
+  EXPECT_GT(mx, 1 - 1e-4);
+}
+
+// The race draw against filtered_distribution's probabilities (an independent definition:
+// sort, softmax, cumulative sum): random small vocabularies and random filter settings,
+// draws at counters 0..N-1 of a random seed, chi-square at p = 1e-4 (each case can fail,
+// with power: the unfiltered softmax must be rejected when the filters removed anything).
+// Every drawn token must be in the kept set.
+TEST(Sampler, RaceDrawFollowsFilteredDistribution) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  int cases = 0, powered = 0;
+  for (int trial = 0; trial < 60 && cases < 12; ++trial) {
+    const int n = 8 + static_cast<int>(rng() % 40);
+    auto logits = random_logits(rng, n, 0.5f + static_cast<float>(rng() % 20) / 10.0f);
+    SamplerParams sp;
+    sp.temperature = 0.3f + static_cast<float>(rng() % 170) / 100.0f;
+    sp.top_k = rng() % 3 == 0 ? 0 : 1 + static_cast<int>(rng() % n);
+    sp.top_p = rng() % 3 == 0 ? 1.0f : 0.3f + static_cast<float>(rng() % 69) / 100.0f;
+    sp.min_p = rng() % 3 == 0 ? 0.0f : static_cast<float>(rng() % 20) / 100.0f;
+    sp.seed = rng();
+    bool ambiguous = false;
+    naive_distribution(logits, sp, &ambiguous);
+    if (ambiguous) continue;
+    const auto dist = sampling::filtered_distribution(logits, sp);
+    if (dist.size() < 2) continue;
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " n " << n << " T " << sp.temperature << " k "
+                                      << sp.top_k << " p " << sp.top_p << " min_p " << sp.min_p);
+    ++cases;
+    std::map<int32_t, double> want;
+    for (const auto& c : dist) want[c.token] = c.p;
+    const int draws = 60000;
+    std::vector<int> counts(n, 0);
+    Sampler s(sp);
+    for (int i = 0; i < draws; ++i) {
+      ASSERT_EQ(s.draw_counter(), static_cast<uint64_t>(i));
+      const int32_t t = s.sample(logits, {}).token;
+      ASSERT_TRUE(want.count(t)) << "token " << t << " is outside the kept set";
+      ++counts[t];
+    }
+    double chi = 0;
+    for (const auto& [t, p] : want) chi += (counts[t] - p * draws) * (counts[t] - p * draws) / (p * draws);
+    EXPECT_LT(chi, chi_square_critical(static_cast<int>(want.size()) - 1, 3.719));
+    if (static_cast<int>(want.size()) < n) {  // power: the unfiltered softmax must not fit
+      SamplerParams plain = sp;
+      plain.top_k = 0;
+      plain.top_p = 1.0f;
+      plain.min_p = 0.0f;
+      const auto all = sampling::filtered_distribution(logits, plain);
+      double chi_all = 0;
+      for (const auto& c : all) {
+        const double e = c.p * draws;
+        if (e > 5) chi_all += (counts[c.token] - e) * (counts[c.token] - e) / e;
+      }
+      if (chi_all > chi_square_critical(n - 1, 3.719)) ++powered;
+    }
+  }
+  EXPECT_GE(cases, 8);
+  EXPECT_GE(powered, 1);
+}
+
+// Larger rows: every draw (many counters) lands in filtered_distribution's kept set, and
+// one draw equals backend::sample_row with the Sampler's draw parameters; the same seed
+// and counter give the same token, another counter mostly another one.
+TEST(Sampler, DrawsStayInKeptSetAndReplayByCounter) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  int checked = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 500 + static_cast<int>(rng() % 4000);
+    auto logits = random_logits(rng, n, 1.0f + static_cast<float>(rng() % 4));
+    SamplerParams sp;
+    sp.temperature = 0.3f + static_cast<float>(rng() % 170) / 100.0f;
+    sp.top_k = rng() % 3 == 0 ? 0 : 1 + static_cast<int>(rng() % 200);
+    sp.top_p = rng() % 3 == 0 ? 1.0f : 0.5f + static_cast<float>(rng() % 50) / 100.0f;
+    sp.min_p = rng() % 3 == 0 ? 0.0f : static_cast<float>(rng() % 10) / 100.0f;
+    sp.seed = rng();
+    bool ambiguous = false;
+    naive_distribution(logits, sp, &ambiguous);
+    if (ambiguous) continue;
+    ++checked;
+    std::set<int32_t> kept;
+    float p_max = 0;
+    for (const auto& c : sampling::filtered_distribution(logits, sp)) {
+      kept.insert(c.token);
+      p_max = std::max(p_max, c.p);
+    }
+    Sampler s(sp);
+    std::set<int32_t> seen;
+    for (int i = 0; i < 300; ++i) {
+      const backend::SampleParams dp = s.draw_params();
+      ASSERT_EQ(dp.counter, static_cast<uint64_t>(i));
+      const int32_t t = s.sample(logits, {}).token;
+      ASSERT_TRUE(kept.count(t)) << "trial " << trial << " draw " << i << " token " << t;
+      ASSERT_EQ(backend::sample_row(logits, dp), t);
+      seen.insert(t);
+    }
+    // (P(300 draws of one token) <= 0.95^300 = 2e-7 when no token holds 95%.)
+    if (p_max < 0.95f) EXPECT_GE(seen.size(), 2u) << "300 draws, one token: counters do not change the noise";
+  }
+  EXPECT_GE(checked, 30);
+}
+
+// Draws made elsewhere (a backend, through draw_params + skip_draw) interleave with host
+// draws: the token sequence equals one Sampler's all-host sequence.
+TEST(Sampler, HostAndDeviceDrawsInterleave) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  SamplerParams sp;
+  sp.temperature = 1.0f;
+  sp.top_p = 0.95f;
+  sp.seed = rng();
+  Sampler host(sp), mixed(sp);
+  for (int i = 0; i < 200; ++i) {
+    auto logits = random_logits(rng, 300, 1.0f);
+    const int32_t want = host.sample(logits, {}).token;
+    int32_t got;
+    if (rng() % 2) {
+      got = backend::sample_row(logits, mixed.draw_params());
+      mixed.skip_draw();
+    } else {
+      got = mixed.sample(logits, {}).token;
+    }
+    ASSERT_EQ(got, want) << "draw " << i;
+  }
+  EXPECT_EQ(mixed.draw_counter(), 200u);
+}
+
+// Greedy draws consume no counter.
+TEST(Sampler, GreedyConsumesNoDraw) {
+  SamplerParams sp;
+  sp.temperature = 0.0f;
+  Sampler s(sp);
+  std::vector<float> l = {0.5f, 2.0f, -1.0f};
+  EXPECT_EQ(s.sample(l, {}).token, 1);
+  EXPECT_EQ(s.draw_counter(), 0u);
 }
 
 }  // namespace

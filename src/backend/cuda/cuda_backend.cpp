@@ -341,6 +341,9 @@ class CudaBackend final : public Backend {
     unsigned* counter = static_cast<unsigned*>(argmax_counter_.get(a.n_rows * sizeof(unsigned)));
     launch_argmax({a.x, a.out, a.n_rows, a.n, a.pos, a.history}, partial, counter, st_);
   }
+  void sample(const SampleArgs& a) override {
+    if (!updating_) launch_sample({a.x, a.params, a.out, a.n_rows, a.n}, st_);
+  }
 
   Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record) override {
     auto tables = std::make_unique<GraphTables>();

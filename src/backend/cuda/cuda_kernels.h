@@ -14,6 +14,7 @@
 #include <span>
 #include <utility>
 
+#include "backend/sample_noise.h"
 #include "core/dtype.h"
 
 #define BRASS_CUDA_CHECK(expr)                                                                 \
@@ -83,6 +84,7 @@ struct RopeP { float* x; const int32_t* pos; const float* inv_freq; float mscale
 struct GatherP { const float* x; const int32_t* rows; float* out; int64_t n_rows; int64_t n; };
 struct RouterP { const float* logits; int32_t* ids; float* weights; int64_t n_tok, n_expert, k; };
 struct ArgmaxP { const float* x; int32_t* out; int64_t n_rows; int64_t n; int32_t* pos; int32_t* history; };
+struct SampleP { const float* x; const SampleParams* params; int32_t* out; int64_t n_rows; int64_t n; };
 struct KvStoreP {
   const float* k; const float* v; DType kv_type; int64_t n_head_kv, head_dim;
   std::span<const SeqP> seqs; const int32_t* pos;
@@ -192,6 +194,9 @@ void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t 
 bool matmul_mma_supported(const DevW& w);
 int64_t matmul_mma_scratch_bytes(int64_t n_tok, int64_t n_in);
 void launch_matmul_mma(const MatmulP& a, void* scratch, cudaStream_t st);
+
+// ---- cuda_sample.cu (backend/sampling.h's draw; one block per row, capturable) ----
+void launch_sample(const SampleP& a, cudaStream_t st);
 
 // ---- cuda_moe.cu ----
 void launch_moe(const MoeP& a, float* act, cudaStream_t st);  // act: n_tok * k * n_ff floats
