@@ -453,6 +453,38 @@ TEST(Engine, SeedsReproduceAndMatchADirectSampler) {
   for (float lp : a.logprobs[0]) EXPECT_LE(lp, 0.0f);
 }
 
+// Without logprobs, penalties or a constraint the draw happens on the backend (the model's
+// sample op, only the token comes back): the tokens still equal a direct host Sampler's
+// with the same seeds, draw for draw (top-k, top-p and min-p all on).
+TEST(Engine, DeviceDrawsMatchADirectSampler) {
+  Fixture f;
+  FIX_TRACE(f);
+  EngineOptions eo;
+  eo.parallel = 2;
+  auto e = f.engine(eo);
+  ASSERT_TRUE(e);
+  auto ref_model = f.load(Fixture::mopts());
+  const auto prompt = f.tokens(11);
+  Request r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_k = 30;
+  r.sampling.top_p = 0.9f;
+  r.sampling.min_p = 0.02f;
+  r.sampling.seed = std::uniform_int_distribution<uint64_t>()(f.gen);
+  r.max_tokens = 14;
+  r.n = 2;
+  auto s = e->submit(r);
+  ASSERT_TRUE(s.ok());
+  const Outcome a = collect(*s.handle, 2);
+  for (int i = 0; i < 2; ++i) {
+    SamplerParams sp = r.sampling;
+    sp.seed += static_cast<uint64_t>(i);
+    const RefRun ref = reference(*ref_model, prompt, 14, &sp);
+    EXPECT_EQ(a.tokens[i], ref.tokens) << "completion " << i;
+  }
+}
+
 class EvenOnly : public LogitConstraint {
  public:
   Status apply(std::span<const int32_t> generated, std::span<float> logits) override {
