@@ -285,6 +285,47 @@ void prefill_op_costs(model::Model& m, int64_t n) {
   std::printf("%-20s %10s %12.2f  (%.0f tok/s if nothing else ran)\n", "sum", "", total, n / (total * 1e-3));
 }
 
+// The backend sample op (token draw on the GPU, backend/sampling.h semantics) on rows of
+// n_vocab random logits: microseconds per call (one graph-free launch, mean of 20 after a
+// warm-up) for 1 and 64 rows and a few filter settings.
+void sample_costs(model::Model& m) {
+  backend::Backend& be = m.backend();
+  const int64_t n = m.config().n_vocab;
+  std::vector<float> h(64 * n);
+  uint64_t z = 88172645463325252ull;
+  for (auto& v : h) {  // xorshift: logits in [-12, 12)
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+    v = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 24.0f - 12.0f;
+  }
+  auto x = std::move(be.alloc(h.size() * 4)).value();
+  auto prm = std::move(be.alloc(64 * sizeof(backend::SampleParams))).value();
+  auto out = std::move(be.alloc(64 * 4)).value();
+  be.upload(x->data(), h.data(), h.size() * 4);
+  struct Setting { const char* name; float t; int32_t k; float p, minp; };
+  const Setting settings[] = {{"temperature 1", 1, 0, 1, 0}, {"top-k 40", 1, 40, 1, 0}, {"top-p 0.9", 1, 0, 0.9f, 0},
+                              {"min-p 0.05", 1, 0, 1, 0.05f}, {"k 40 p 0.9 minp 0.05", 0.7f, 40, 0.9f, 0.05f}};
+  std::printf("%-24s %10s %10s\n", "sample op", "us/1 row", "us/64 rows");
+  for (const Setting& st : settings) {
+    std::vector<backend::SampleParams> ps(64);
+    for (size_t i = 0; i < ps.size(); ++i)
+      ps[i] = {.temperature = st.t, .top_k = st.k, .top_p = st.p, .min_p = st.minp, .seed = 7, .counter = i};
+    be.upload(prm->data(), ps.data(), ps.size() * sizeof(ps[0]));
+    double us[2];
+    for (int w = 0; w < 2; ++w) {
+      const int64_t rows = w ? 64 : 1;
+      const backend::SampleArgs a{.x = x->as<float>(), .params = prm->as<backend::SampleParams>(),
+                                  .out = out->as<int32_t>(), .n_rows = rows, .n = n};
+      be.sample(a);
+      be.synchronize();
+      const double t0 = now();
+      for (int r = 0; r < 20; ++r) be.sample(a);
+      be.synchronize();
+      us[w] = (now() - t0) * 1e6 / 20;
+    }
+    std::printf("%-24s %10.1f %10.1f\n", st.name, us[0], us[1]);
+  }
+}
+
 // Batched decode, llama-batched-bench style: N sequences, each a 128-token prompt (one
 // prefill call for all of them), then 128 steps of ONE forward call with one token per
 // sequence (greedy on the GPU, only the token ids come back: what the engine does for
@@ -347,6 +388,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> pp;
   int64_t pp_ops = 0;
   std::vector<int64_t> streams;
+  bool sample = false;
   double tc_peak = 989.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -360,10 +402,11 @@ int main(int argc, char** argv) {
     else if (a == "--ops") ops = true;
     else if (a == "--pp") pp = int_list(next());
     else if (a == "--streams") streams = int_list(next());
+    else if (a == "--sample") sample = true;
     else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
     else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64] [--sample]\n");
       return 2;
     }
   }
@@ -405,6 +448,7 @@ int main(int argc, char** argv) {
 
   if (ops) op_costs(m);
   if (pp_ops > 0) prefill_op_costs(m, pp_ops);
+  if (sample) sample_costs(m);
   if (!pp.empty()) prefill_rows(m, pp, tc_peak);
   if (!streams.empty()) stream_rows(m, streams, 128, 128);
   if (n_gen <= 0) return 0;

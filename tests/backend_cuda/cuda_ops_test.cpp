@@ -109,12 +109,14 @@ TEST_P(CudaOpsMode, MatmulAllTypesOddSizes) {
 // MXFP4, every token-tile variant: <= 8, 16, 32, 64 tokens per pass, partial tiles, a
 // second pass in y) against the q8x twin (the reference matmul on the Q8_0 round trip of
 // x), the real output-head width too; and == the per-token dp4a path of the same backend
-// with the MMA range turned off.
+// with the MMA range turned off. The q/k/v and wo shapes at 5..64 tokens run with K split
+// over blocks (cuda_matmul_mma.cu); a second call must give the same bits.
 TEST(CudaMatmulMma, MatchesTwinAtEveryTileSize) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);
   CudaBackendOptions o;
-  o.tensor_cores = false;  // every size up to 64 on the MMA kernel (no cuBLAS above 16)
+  o.tensor_cores = false;       // every size up to 64 on the MMA kernel (no cuBLAS above 16)
+  o.mma_h16_min_tok = 1 << 30;  // the int8 kernel (the f16 one: cuda_tc_test.cpp)
   auto mma = make_cuda_backend(o);
   o.mma_dense_max_tok = 0;
   auto plain = make_cuda_backend(o);
@@ -123,7 +125,8 @@ TEST(CudaMatmulMma, MatchesTwinAtEveryTileSize) {
   struct Case { DType t; int64_t n_in, n_out, n_tok; };
   const Case cases[] = {{DType::Q8_0, 2880, 4096, 2},  {DType::Q8_0, 96, 64, 7},     {DType::Q8_0, 2880, 512, 9},
                         {DType::MXFP4, 128, 96, 16},   {DType::Q8_0, 64, 32, 33},    {DType::MXFP4, 2880, 2880, 64},
-                        {DType::Q8_0, 2880, 2048, 64}, {DType::MXFP4, 192, 160, 17}, {DType::Q8_0, 4096, 2880, 5}};
+                        {DType::Q8_0, 2880, 2048, 64}, {DType::MXFP4, 192, 160, 17}, {DType::Q8_0, 4096, 2880, 5},
+                        {DType::Q8_0, 2880, 512, 64},  {DType::Q8_0, 4096, 2880, 64}, {DType::MXFP4, 2880, 4096, 40}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     HostWeight w(f.rng, c.t, c.n_in, c.n_out);
@@ -134,14 +137,24 @@ TEST(CudaMatmulMma, MatchesTwinAtEveryTileSize) {
     f.cpu->matmul({.w = w.view, .bias = bias.data(), .x = xr.data(), .y = want.data(), .n_tok = c.n_tok});
     std::vector<float> got[2];
     Backend* bes[2] = {mma.value().get(), plain.value().get()};
+    std::vector<float> again;
     for (int b = 0; b < 2; ++b) {
       Dev dx = Dev::from(*bes[b], x), db = Dev::from(*bes[b], bias), dy = Dev::poisoned<float>(*bes[b], want.size());
-      bes[b]->matmul({.w = on_gpu(*bes[b], w.view), .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(),
-                      .n_tok = c.n_tok});
+      const WeightView wg = on_gpu(*bes[b], w.view);
+      const MatmulArgs args{.w = wg, .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = c.n_tok};
+      bes[b]->matmul(args);
       got[b] = dy.get<float>(want.size());
+      if (b == 0) {  // a second call: the K split's tickets were reset, the sums are the same bits
+        Dev dy2 = Dev::poisoned<float>(*bes[b], want.size());
+        MatmulArgs a2 = args;
+        a2.y = dy2.as<float>();
+        bes[b]->matmul(a2);
+        again = dy2.get<float>(want.size());
+      }
     }
     expect_close(got[0], want, 2e-5, 1e-5, "int8 mma matmul vs twin");
     expect_close(got[0], got[1], 2e-5, 1e-5, "int8 mma matmul vs dp4a mat-vec");
+    EXPECT_EQ(again, got[0]) << "a repeated int8 mma matmul differs (K-split reduction not deterministic)";
   }
 }
 

@@ -98,6 +98,48 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
   }
 }
 
+// Q8_0 matmuls of a few tokens on the f16 MMA kernel (cuda_matmul_mma.cu: weight
+// fragments dequantized to f16 in registers, K split over blocks for the small matrices)
+// against the same rounded twin: the attention shapes at batched-decode sizes, odd token
+// counts, a pass of 8..64 tokens, two passes; a repeated call gives the same bits (the
+// split's tickets are reset, its partials summed in a fixed order).
+TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  CudaBackendOptions o;
+  o.tensor_cores = false;
+  o.mma_h16_min_tok = 2;
+  auto made = make_cuda_backend(o);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  Backend& gpu = *made.value();
+  struct Case { int64_t n_in, n_out, n_tok; };
+  for (const Case& c : {Case{2880, 4096, 64}, Case{4096, 2880, 33}, Case{2880, 512, 16}, Case{96, 64, 9},
+                        Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
+    W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
+    const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
+    const auto bias = rng.vec(c.n_out);
+    std::vector<float> want(c.n_out * c.n_tok);
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        double s = 0;
+        for (int64_t i = 0; i < c.n_in; ++i) s += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], false);
+        want[t * c.n_out + r] = static_cast<float>(s) + bias[r];
+      }
+    Dev dx = Dev::from(gpu, x), db = Dev::from(gpu, bias);
+    const WeightView wg = on_gpu(gpu, w.view);
+    std::vector<float> got[2];
+    for (auto& g : got) {
+      Dev dy = Dev::poisoned<float>(gpu, want.size());
+      gpu.matmul({.w = wg, .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = c.n_tok});
+      g = dy.get<float>(want.size());
+    }
+    expect_close(got[0], want, 2e-6, 2e-5, "f16 mma matmul");
+    EXPECT_EQ(got[1], got[0]) << "a repeated f16 mma matmul differs";
+  }
+}
+
 // The MoE twin: per slot, gate/up dots on the rounded activations, OAI SwiGLU, rounded,
 // down dot, router-weighted sum in j order.
 std::vector<float> moe_twin(const W& g, const W& u, const W& d, const std::vector<float>& gb,

@@ -148,8 +148,13 @@ class CudaGraph final : public Graph {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok)
-      : device_(device), q8x_(q8x), mma_moe_min_tok_(mma_moe_min_tok), mma_dense_max_tok_(mma_dense_max_tok) {
+  CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
+              int64_t mma_h16_min_tok)
+      : device_(device),
+        q8x_(q8x),
+        mma_moe_min_tok_(mma_moe_min_tok),
+        mma_dense_max_tok_(mma_dense_max_tok),
+        mma_h16_min_tok_(mma_h16_min_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &kvtab_, &attntab_, &mma_,
@@ -234,7 +239,8 @@ class CudaBackend final : public Backend {
     if (updating_) return;
     const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
     if (q8x_ && use_dense_mma(p)) {
-      launch_matmul_mma(p, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(p.n_tok, p.w.n_in))), st_);
+      const bool h16 = p.n_tok >= mma_h16_min_tok_;
+      launch_matmul_mma(p, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(p, h16))), st_);
       return;
     }
     if (tc_ && tc_->matmul(p)) return;
@@ -255,15 +261,12 @@ class CudaBackend final : public Backend {
     if (by_value_launch()) return;
     launch_kv_store(p, st_);
   }
-  // The int8 MMA matmul (weight read once per 64 tokens) below the tensor-core threshold,
-  // where the alternative is the per-token dp4a mat-vec; above it only for big matrices
-  // (the output head), where the cuBLAS path's per-call 16-bit copy dominates. Measured at
-  // 64 tokens on the H200 (BENCHMARKS.md): output head 0.76 ms (MMA) vs 1.09 (cuBLAS), but
-  // wo 0.048 vs 0.037 and q/k/v 0.104 vs 0.089.
+  // The int8 MMA matmul (weight read once per 64 tokens, K split over blocks for the
+  // small projections) for 2..mma_dense_max_tok tokens, every matrix size: it reads the
+  // quantized weight once where the cuBLAS path first writes and re-reads a 16-bit copy
+  // of it per call (measured at 64 tokens on the H200, BENCHMARKS.md).
   bool use_dense_mma(const MatmulP& p) const {
-    if (p.n_tok < 2 || p.n_tok > mma_dense_max_tok_ || !matmul_mma_supported(p.w)) return false;
-    constexpr int64_t kBigWeight = int64_t{256} << 20;
-    return !tc_ || p.n_tok < tc_->options().min_tok_dense || p.w.rows * p.w.n_in >= kBigWeight;
+    return p.n_tok >= mma_dense_min_tok_ && p.n_tok <= mma_dense_max_tok_ && matmul_mma_supported(p.w);
   }
   void attention(const AttentionArgs& a) override {
     const auto all = seq_params(a.seqs);
@@ -321,7 +324,9 @@ class CudaBackend final : public Backend {
   void attn_qkv(const AttnQkvArgs& a) override {
     // The fused kernel serves one sequence with its KV storage in the launch arguments;
     // a graph update checks the composed form (whose KV store fails it unless batched).
-    if (updating_ || (tc_ && a.n_tok >= tc_->options().min_tok_dense)) {  // three tensor-core GEMMs + rope + store
+    // Several tokens: three matmuls (int8 MMA or tensor-core GEMMs) + rope + store.
+    if (updating_ || (tc_ && a.n_tok >= tc_->options().min_tok_dense) ||
+        (q8x_ && a.n_tok >= 2 && use_dense_mma({dev_weight(a.wq), nullptr, nullptr, nullptr, a.n_tok}))) {
       Backend::attn_qkv(a);
       return;
     }
@@ -443,6 +448,12 @@ class CudaBackend final : public Backend {
   bool q8x_;
   int64_t mma_moe_min_tok_;  // tokens per call from which the MoE runs on the grouped int8 MMA kernels
   int64_t mma_dense_max_tok_;  // dense matmuls of 2..this many tokens on the int8 MMA kernel
+  int64_t mma_h16_min_tok_;    // from this many tokens Q8_0 weights take its f16 variant
+  // Measurement knob (BRASS_CUDA_MMA_DENSE_MIN=1): single-token matmuls on it too.
+  int64_t mma_dense_min_tok_ = [] {
+    const char* v = std::getenv("BRASS_CUDA_MMA_DENSE_MIN");
+    return v && std::atoll(v) > 0 ? std::atoll(v) : int64_t{2};
+  }();
   std::string name_;
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
@@ -489,8 +500,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   if (const char* m = std::getenv("BRASS_CUDA_MMA_MOE_MIN"); m && std::atoll(m) > 0) mma_min = std::atoll(m);
   int64_t dense_max = o.mma_dense_max_tok;
   if (const char* m = std::getenv("BRASS_CUDA_MMA_DENSE_MAX"); m) dense_max = std::atoll(m);
+  int64_t h16_min = o.mma_h16_min_tok;
+  if (const char* m = std::getenv("BRASS_CUDA_MMA_H16_MIN"); m && std::atoll(m) > 0) h16_min = std::atoll(m);
   return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max));
+      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

@@ -48,6 +48,11 @@ struct CudaBackendOptions {
   // (cuda_matmul_mma.cu: the weight read once per 64 tokens, no 16-bit copy); 0 turns it
   // off. Only with int8_activations; BRASS_CUDA_MMA_DENSE_MAX overrides.
   int64_t mma_dense_max_tok = 64;
+  // From this many tokens on, Q8_0 matmuls in that range take the f16 MMA kernel instead
+  // (weight fragments dequantized to f16 in registers, no per-block scaling of int32
+  // results: fewer instructions per weight byte with many tokens per pass; numerics of the
+  // tensor-core path). BRASS_CUDA_MMA_H16_MIN overrides.
+  int64_t mma_h16_min_tok = 9;
 };
 
 // A CUDA backend. Fails when no device is usable.

@@ -76,6 +76,9 @@ struct SeqP {  // backend::AttnSeq
   bool ring = false;
 };
 
+// Multiprocessors of the current device (cached on first use).
+int sm_count();
+
 struct MatmulP { DevW w; const float* bias; const float* x; float* y; int64_t n_tok; };
 struct RmsP { float* y; const float* x; const float* weight; float* out; int64_t n_rows; int64_t n; float eps; };
 struct AddP { float* y; const float* x; int64_t n; };
@@ -185,15 +188,16 @@ int64_t moe_mma_scratch_bytes(const MoeP& a);
 // sync (capturable). scratch: moe_mma_scratch_bytes(a) bytes.
 void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
 
-// ---- cuda_matmul_mma.cu (int8 MMA for 2..64 tokens, the weight read once per 64) ----
+// ---- cuda_matmul_mma.cu (int8 / f16 MMA for 2..64 tokens, the weight read once per 64) ----
 // x (n_rows, n) -> xq (n_rows, n) int8 + xd (n_rows, n / 32) scales, per 32 as
 // quant::quantize_row(Q8_0), in the element order the MMA kernels read for weight `type`
 // (kMX: MXFP4 order, kQ8: MMA order; cuda_mma.cuh).
 void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
                               cudaStream_t st);
 bool matmul_mma_supported(const DevW& w);
-int64_t matmul_mma_scratch_bytes(int64_t n_tok, int64_t n_in);
-void launch_matmul_mma(const MatmulP& a, void* scratch, cudaStream_t st);
+// h16: Q8_0 weights on the f16 kernel (tensor-core numerics) instead of the int8 one.
+int64_t matmul_mma_scratch_bytes(const MatmulP& a, bool h16);
+void launch_matmul_mma(const MatmulP& a, bool h16, void* scratch, cudaStream_t st);
 
 // ---- cuda_sample.cu (backend/sampling.h's draw; one block per row, capturable) ----
 void launch_sample(const SampleP& a, cudaStream_t st);

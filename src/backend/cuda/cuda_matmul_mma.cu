@@ -1,9 +1,12 @@
-// Dense y = x W^T + b for a few tokens (2..64: batched decode) on int8 tensor cores, the
-// weight (Q8_0 or MXFP4, split layout) read once per 8 NT tokens instead of once per token
-// as the dp4a mat-vec does (cuda_q8.cu), and without the 16-bit copy of the whole matrix
-// that the cuBLAS path makes per call (cuda_tc.cpp). Numerics: the q8x path's (the
-// reference matmul on the Q8_0 round trip of x), summed in another order.
+// Dense y = x W^T + b for a few tokens (2..64: batched decode) on tensor cores, the weight
+// (Q8_0 or MXFP4, split layout) read once per 8 NT tokens instead of once per token as
+// the dp4a mat-vec does (cuda_q8.cu), and without the 16-bit copy of the whole matrix
+// that the cuBLAS path makes per call (cuda_tc.cpp). Two kernels: int8 MMA on the Q8_0
+// round trip of x (the q8x path's numerics, summed in another order) and, for Q8_0
+// weights from a few tokens on, f16 MMA on fragments dequantized in registers (the
+// tensor-core path's numerics).
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -12,19 +15,42 @@ namespace {
 
 using namespace mma;
 
-// Warps per block (splitting K): 8, so that a 2880-row matrix (90 blocks) still has ~6
-// warps per SM streaming; 4 at 64 tokens per pass (the partial sums' shared memory).
+// Warps per block (splitting K): 8 at <= 32 tokens per pass, 4 at 64 (the partial sums'
+// shared memory and registers).
 template <int NT>
 constexpr int ks_dense() { return NT >= 8 ? 4 : 8; }
 
-// grid (rows / 32, ceil(n_tok / (8 NT))): block (x, y) computes rows [32 x, 32 x + 32) for
-// tokens [8 NT y, 8 NT (y + 1)).
+// y[token, r] = tile sum + bias for the C fragments of a thread (token tiles j < NT of 8
+// from `base`, rows r0 + c_row).
+template <int NT>
+__device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], float* y, int64_t rows,
+                                           const float* __restrict__ bias, int64_t r0, int base, int n_tok) {
+  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int tc = base + 8 * j + 2 * t + (c & 1);
+        const int64_t r = r0 + c_row(g, mt, c);
+        if (tc < n_tok) y[static_cast<int64_t>(tc) * rows + r] = acc[mt][j][c] + (bias ? bias[r] : 0.f);
+      }
+}
+
+// grid (rows / 32, ceil(n_tok / (8 NT)), ksplit): block (x, y, z) computes rows [32 x,
+// 32 x + 32) for tokens [8 NT y, 8 NT (y + 1)) over the z-th of ksplit ranges of K steps.
+// Why split K across blocks: a 2880- or 4096-row projection has only 90 / 128 row tiles,
+// a few warps per SM, each walking its K range with dependent loads (latency-bound). The
+// split's partials are combined by the tile's last block (finish_split_tile).
 template <int TYPE, int NT>
 __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(DevW w, const float* __restrict__ bias,
                                                                 const int8_t* __restrict__ xq,
-                                                                const float* __restrict__ xd, float* y, int n_tok) {
+                                                                const float* __restrict__ xd, float* y, int n_tok,
+                                                                float* part, unsigned* tickets) {
   constexpr int NA = 2 * NT * 4, KS = ks_dense<NT>();
   __shared__ float red[(KS - 1) * NA][kWarp];
+  __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
   const int n = static_cast<int>(w.n_in);
@@ -34,50 +60,199 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(DevW
   const Cols<NT> cols = make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n);
   const uint8_t* const wq[1] = {w.q};
   const uint8_t* const wsc[1] = {w.s};
+  const int ksplit = static_cast<int>(gridDim.z), steps = k_steps<TYPE>(n);
+  const int p0 = static_cast<int>(blockIdx.z) * steps / ksplit, p1 = (static_cast<int>(blockIdx.z) + 1) * steps / ksplit;
   float acc[1][2][NT][4] = {};
-  k_loop<TYPE, 1, NT, KS>(wq, wsc, r0, n, cols, acc);
-  reduce_warps<NA, KS>(&acc[0][0][0][0], red);
-  if (threadIdx.x >= kWarp) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int tc = base + 8 * j + 2 * t + (c & 1);
-        const int64_t r = r0 + c_row(g, mt, c);
-        if (tc < n_tok) y[static_cast<int64_t>(tc) * w.rows + r] = acc[0][mt][j][c] + (bias ? bias[r] : 0.f);
-      }
+  k_loop<TYPE, 1, NT, KS>(wq, wsc, r0, n, cols, acc, p0, p1);
+  if (!finish_split_tile<NA, KS>(&acc[0][0][0][0], red, part, tickets, &ticket)) return;
+  write_tile<NT>(acc[0], y, w.rows, bias, r0, base, n_tok);
 }
 
-template <int TYPE>
-__global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
-  const int64_t r = blockIdx.x;
+// ---- Q8_0 weights on f16 tensor cores (mma.sync m16n8k16, f32 accumulation) ----
+// The int8 kernel above scales every block's int32 result by two scales per C element
+// (instructions per MMA grow with the token tiles); here each weight fragment is
+// dequantized once to f16 (f16(q d): the rounding cuda_gemm.cu's dequantization makes for
+// the cuBLAS path) and the MMAs accumulate across blocks unscaled. Numerics: the
+// tensor-core path's (f16 weights and activations, f32 sums; cuda_tc_test's twin).
+//
+// K order: a dot product does not care in which order its K terms meet, so each thread
+// takes the 8 natural bytes it loads (8t .. 8t + 7 of a row's 32-byte block) as its
+// fragment slots: k 2t, 2t + 1, 2t + 8, 2t + 9 of the first k16 MMA and of the second;
+// the activations' B slots then are the same 8 natural elements, one 16-byte load of f16.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four int8 (word w) times the f16 scale d -> f16 pairs (bytes 0, 1) and (bytes 2, 3):
+// 0x64XX is 1024 + XX in f16, so the biased byte q + 128 lands in the mantissa and
+// subtracting 1152 leaves q exactly; the product with d is rounded once, as f16(q * d).
+__device__ __forceinline__ void q8_half2(uint32_t w, __half2 d, uint32_t& lo, uint32_t& hi) {
+  const uint32_t u = w ^ 0x80808080u;
+  const __half2 k1152 = __half2half2(__ushort_as_half(0x6480));  // 1152.0
+  uint32_t l = prmt(u, 0x64646464u, 0x5140u), h = prmt(u, 0x64646464u, 0x5342u);
+  const __half2 lv = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&l), k1152), d);
+  const __half2 hv = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&h), k1152), d);
+  lo = *reinterpret_cast<const uint32_t*>(&lv);
+  hi = *reinterpret_cast<const uint32_t*>(&hv);
+}
+
+template <int NT>
+constexpr int ks_h16() { return NT >= 4 ? 4 : 8; }
+
+// grid and blocks as matmul_mma_kernel; xh: (n_tok, n) f16 activations, natural order.
+template <int NT>
+__global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(DevW w, const float* __restrict__ bias,
+                                                                          const __half* __restrict__ xh, float* y,
+                                                                          int n_tok, float* part, unsigned* tickets) {
+  constexpr int NA = 2 * NT * 4, KS = ks_h16<NT>();
+  __shared__ float red[(KS - 1) * NA][kWarp];
+  __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
-  quantize_row_mma<TYPE>(x + r * n, n, xq + r * n, xd + r * (n / 32));
+  const int n = static_cast<int>(w.n_in), nb = n / 32;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int base = static_cast<int>(blockIdx.y) * 8 * NT;
+  const int ksplit = static_cast<int>(gridDim.z);
+  const int p0 = static_cast<int>(blockIdx.z) * nb / ksplit, p1 = (static_cast<int>(blockIdx.z) + 1) * nb / ksplit;
+  const uint8_t* q = w.q + (r0 + g) * n + 8 * t;                                 // row r0 + g + 8 i: + 8 i n
+  const __half* sc = reinterpret_cast<const __half*>(w.s) + (r0 + g) * nb;         // + 8 i nb
+  const __half* xb[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xb[j] = base + 8 * j + g < n_tok ? xh + static_cast<int64_t>(base + 8 * j + g) * n + 8 * t : nullptr;
+  float acc[2][NT][4] = {};
+#pragma unroll 1
+  for (int p = p0 + warp; p < p1; p += KS) {
+    uint2 wv[4];
+    __half2 d[4];
+    uint4 bv[NT];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      wv[i] = __ldg(reinterpret_cast<const uint2*>(q + static_cast<int64_t>(8 * i) * n + 32 * p));
+      d[i] = __half2half2(__ldg(sc + static_cast<int64_t>(8 * i) * nb + p));
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) bv[j] = xb[j] ? __ldg(reinterpret_cast<const uint4*>(xb[j] + 32 * p)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      uint32_t a[2][4];  // [k16 chunk][fragment register]
+      q8_half2(wv[2 * mt].x, d[2 * mt], a[0][0], a[0][2]);
+      q8_half2(wv[2 * mt + 1].x, d[2 * mt + 1], a[0][1], a[0][3]);
+      q8_half2(wv[2 * mt].y, d[2 * mt], a[1][0], a[1][2]);
+      q8_half2(wv[2 * mt + 1].y, d[2 * mt + 1], a[1][1], a[1][3]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma_f16(acc[mt][j], a[0][0], a[0][1], a[0][2], a[0][3], bv[j].x, bv[j].y);
+        mma_f16(acc[mt][j], a[1][0], a[1][1], a[1][2], a[1][3], bv[j].z, bv[j].w);
+      }
+    }
+  }
+  if (!finish_split_tile<NA, KS>(&acc[0][0][0], red, part, tickets, &ticket)) return;
+  write_tile<NT>(acc, y, w.rows, bias, r0, base, n_tok);
+}
+
+// One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
+// at once (a block per row walking its groups took ~10 us for 64 rows of 2880).
+template <int TYPE>
+__global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restrict__ x, int64_t n_groups, int8_t* xq,
+                                                             float* xd) {
+  const int64_t gi = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  pdl_wait();
+  pdl_trigger();
+  if (gi < n_groups) quantize_group_mma<TYPE>(x, gi, xq, xd);
+}
+
+// Tickets: a fixed area at the start of the scratch (zero at rest: every split launch
+// resets the tickets it used), so the tiles of a split launch are limited to it.
+constexpr int64_t kMaxTickets = 16384;
+
+// Measurement knobs, read once: BRASS_CUDA_MMA_DENSE_NT caps the token tiles per pass
+// (1, 2, 4, 8: 8..64 tokens), BRASS_CUDA_MMA_BLOCKS_PER_SM the K split's target.
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
+}
+// Default 4 (32 tokens per pass; 64 tokens read the weight twice, the second time mostly
+// from L2): at 64 tokens on the H200 q/k/v 0.077 -> 0.062 ms, wo 0.030 -> 0.022, output
+// head 0.78 -> 0.56 against 8 (64 tokens per pass: 2 x 8 x 4 accumulators per thread).
+int max_nt() {
+  static const int v = env_int("BRASS_CUDA_MMA_DENSE_NT", 4);
+  return v;
+}
+int blocks_per_sm() {
+  static const int v = env_int("BRASS_CUDA_MMA_BLOCKS_PER_SM", 4);
+  return v;
+}
+
+// K split: enough blocks for ~blocks_per_sm() per SM, each warp still >= 2 K steps.
+int pick_ksplit(int64_t tiles, int steps, int ks) {
+  if (tiles > kMaxTickets) return 1;
+  const int64_t want = (static_cast<int64_t>(blocks_per_sm()) * sm_count() + tiles - 1) / tiles;
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::max(1, std::min(16, steps / (2 * ks)))));
+}
+
+// One call's launch shape: f16 or int8 kernel, token tiles per pass, grid, K split.
+struct Plan {
+  bool h16;
+  int nt, ksplit;
+  int64_t gx, gy;
+  int64_t part_floats() const { return ksplit > 1 ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
+};
+
+Plan plan(const MatmulP& a, bool h16) {
+  const int64_t per_pass = std::min<int64_t>(a.n_tok, 8 * max_nt());
+  Plan p{};
+  p.h16 = h16 && a.w.type == kQ8;
+  p.nt = per_pass <= 8 ? 1 : per_pass <= 16 ? 2 : per_pass <= 32 ? 4 : 8;
+  p.gx = a.w.rows / kRows;
+  p.gy = (a.n_tok + 8 * p.nt - 1) / (8 * p.nt);
+  const int steps = a.w.type == kMX ? k_steps<kMX>(static_cast<int>(a.w.n_in)) : k_steps<kQ8>(static_cast<int>(a.w.n_in));
+  const int ks = p.h16 ? (p.nt >= 4 ? 4 : 8) : (p.nt >= 8 ? 4 : 8);
+  p.ksplit = pick_ksplit(p.gx * p.gy, steps, ks);
+  return p;
 }
 
 template <int TYPE, int NT>
-void launch_nt(const MatmulP& a, const int8_t* xq, const float* xd, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>(a.w.rows / kRows), static_cast<unsigned>((a.n_tok + 8 * NT - 1) / (8 * NT)));
+void launch_nt(const MatmulP& a, const Plan& pl, const int8_t* xq, const float* xd, float* part, unsigned* tickets,
+               cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
   launch_pdl(matmul_mma_kernel<TYPE, NT>, grid, dim3(ks_dense<NT>() * kWarp), 0, st, a.w, a.bias, xq, xd, a.y,
-             static_cast<int>(a.n_tok));
+             static_cast<int>(a.n_tok), part, tickets);
   BRASS_CUDA_LAUNCHED();
 }
 
+template <int NT>
+void launch_h16(const MatmulP& a, const Plan& pl, const __half* xh, float* part, unsigned* tickets, cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
+  launch_pdl(matmul_h16_kernel<NT>, grid, dim3(ks_h16<NT>() * kWarp), 0, st, a.w, a.bias, xh, a.y,
+             static_cast<int>(a.n_tok), part, tickets);
+  BRASS_CUDA_LAUNCHED();
+}
+
+// Tokens per tile pass: up to 64, so a 64-stream step reads the weight once.
 template <int TYPE>
-void launch_typed(const MatmulP& a, int8_t* xq, float* xd, cudaStream_t st) {
+void launch_typed(const MatmulP& a, const Plan& pl, int8_t* xq, float* xd, float* part, unsigned* tickets,
+                  cudaStream_t st) {
   launch_quantize_rows_mma(TYPE, a.x, a.n_tok, a.w.n_in, xq, xd, st);
-  // Tokens per tile pass: up to 64, so a 64-stream step reads the weight once.
-  if (a.n_tok <= 8)
-    launch_nt<TYPE, 1>(a, xq, xd, st);
-  else if (a.n_tok <= 16)
-    launch_nt<TYPE, 2>(a, xq, xd, st);
-  else if (a.n_tok <= 32)
-    launch_nt<TYPE, 4>(a, xq, xd, st);
-  else
-    launch_nt<TYPE, 8>(a, xq, xd, st);
+  switch (pl.nt) {
+    case 1: launch_nt<TYPE, 1>(a, pl, xq, xd, part, tickets, st); break;
+    case 2: launch_nt<TYPE, 2>(a, pl, xq, xd, part, tickets, st); break;
+    case 4: launch_nt<TYPE, 4>(a, pl, xq, xd, part, tickets, st); break;
+    default: launch_nt<TYPE, 8>(a, pl, xq, xd, part, tickets, st); break;
+  }
+}
+
+void launch_half(const MatmulP& a, const Plan& pl, __half* xh, float* part, unsigned* tickets, cudaStream_t st) {
+  launch_to_half(a.x, nullptr, 1, xh, false, a.n_tok, a.w.n_in, st);
+  switch (pl.nt) {
+    case 1: launch_h16<1>(a, pl, xh, part, tickets, st); break;
+    case 2: launch_h16<2>(a, pl, xh, part, tickets, st); break;
+    case 4: launch_h16<4>(a, pl, xh, part, tickets, st); break;
+    default: launch_h16<8>(a, pl, xh, part, tickets, st); break;
+  }
 }
 
 int64_t al256(int64_t v) { return (v + 255) / 256 * 256; }
@@ -87,11 +262,12 @@ int64_t al256(int64_t v) { return (v + 255) / 256 * 256; }
 void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
                               cudaStream_t st) {
   if (n_rows <= 0) return;
-  const dim3 grid(static_cast<unsigned>(n_rows));
+  const int64_t groups = n_rows * (n / 32);  // rows are contiguous: group gi of row r is r * (n / 32) + gi
+  const dim3 grid(static_cast<unsigned>((groups + 7) / 8));
   if (type == kMX)
-    launch_pdl(quantize_rows_kernel<kMX>, grid, dim3(256), 0, st, x, static_cast<int>(n), xq, xd);
+    launch_pdl(quantize_rows_kernel<kMX>, grid, dim3(256), 0, st, x, groups, xq, xd);
   else
-    launch_pdl(quantize_rows_kernel<kQ8>, grid, dim3(256), 0, st, x, static_cast<int>(n), xq, xd);
+    launch_pdl(quantize_rows_kernel<kQ8>, grid, dim3(256), 0, st, x, groups, xq, xd);
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -100,16 +276,27 @@ bool matmul_mma_supported(const DevW& w) {
   return w.n_in % (w.type == kMX ? 64 : 32) == 0 && w.rows % kRows == 0 && w.ne1 == w.rows && w.n_in <= (1 << 20);
 }
 
-int64_t matmul_mma_scratch_bytes(int64_t n_tok, int64_t n_in) { return al256(n_tok * n_in) + n_tok * (n_in / 32) * 4; }
+// Scratch: tickets (kMaxTickets unsigned) | xq (n_tok, n_in) int8 or xh (n_tok, n_in) f16
+// | xd (n_tok, n_in / 32) | the split partials (ksplit, tiles, NA, 32) f32.
+int64_t matmul_mma_scratch_bytes(const MatmulP& a, bool h16) {
+  return al256(kMaxTickets * 4) + al256(a.n_tok * a.w.n_in * 2) + al256(a.n_tok * (a.w.n_in / 32) * 4) +
+         plan(a, h16).part_floats() * 4;
+}
 
-void launch_matmul_mma(const MatmulP& a, void* scratch, cudaStream_t st) {
+void launch_matmul_mma(const MatmulP& a, bool h16, void* scratch, cudaStream_t st) {
   if (a.n_tok <= 0) return;
-  int8_t* xq = static_cast<int8_t*>(scratch);
-  float* xd = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + al256(a.n_tok * a.w.n_in));
-  if (a.w.type == kQ8)
-    launch_typed<kQ8>(a, xq, xd, st);
+  uint8_t* s = static_cast<uint8_t*>(scratch);
+  unsigned* tickets = reinterpret_cast<unsigned*>(s);
+  uint8_t* xs = s + al256(kMaxTickets * 4);
+  float* xd = reinterpret_cast<float*>(xs + al256(a.n_tok * a.w.n_in * 2));
+  float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xd) + al256(a.n_tok * (a.w.n_in / 32) * 4));
+  const Plan pl = plan(a, h16);
+  if (pl.h16)
+    launch_half(a, pl, reinterpret_cast<__half*>(xs), part, tickets, st);
+  else if (a.w.type == kQ8)
+    launch_typed<kQ8>(a, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
   else
-    launch_typed<kMX>(a, xq, xd, st);
+    launch_typed<kMX>(a, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
 }
 
 }  // namespace brass::backend::cuda

@@ -74,16 +74,6 @@ void matmul_typed(const DevW& w, const MatmulP& a, cudaStream_t st, int n_sm) {
   BRASS_CUDA_LAUNCHED();
 }
 
-int sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 100;
-  }();
-  return n;
-}
-
 __device__ __forceinline__ float block_sum(float v, float* sh) {
   v = warp_sum(v);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -280,6 +270,16 @@ __global__ void repack_mx_kernel(const uint8_t* __restrict__ src, uint8_t* qs, u
 }
 
 }  // namespace
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 100;
+  }();
+  return n;
+}
 
 void launch_matmul(const MatmulP& a, cudaStream_t st) {
   if (a.n_tok <= 0) return;

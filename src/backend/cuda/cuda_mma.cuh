@@ -27,6 +27,10 @@ namespace brass::backend::cuda::mma {
 constexpr int kKs = 4;     // warps per block; they split the K dimension
 constexpr int kRows = 32;  // weight rows per block (two m16 tiles)
 
+// K steps of a row of n elements (one step: 32 elements for Q8_0, a pair of blocks for MXFP4).
+template <int TYPE>
+__host__ __device__ constexpr int k_steps(int n) { return TYPE == kMX ? n / 64 : n / 32; }
+
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -109,11 +113,13 @@ __device__ __forceinline__ Cols<NT> make_cols(int base, int n_cols, RowOf row_of
 }
 
 // The per-warp K loop: rows r0 + g + 8 i (i < 4) of NM matrices (quants wq[m], scales
-// wsc[m]; same row indices), K steps p = warp, warp + KS, ...; acc[m][mt][j][c]
-// accumulates C fragment c of m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.
+// wsc[m]; same row indices), K steps p = p0 + warp, p0 + warp + KS, ... < p1 (a K step:
+// 32 elements for Q8_0, 64 for MXFP4); acc[m][mt][j][c] accumulates C fragment c of
+// m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.
 template <int TYPE, int NM, int NT, int KS = kKs>
 __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
-                                       int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4]) {
+                                       int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4], int p0 = 0,
+                                       int p1 = 1 << 30) {
   static_assert(TYPE == kMX || TYPE == kQ8, "int8 MMA: MXFP4 or Q8_0 weights");
   using St = Stage<TYPE, NM, NT>;
   constexpr int kBlk = St::kBlk;
@@ -196,8 +202,9 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   // flight per SM): MoE 0.263 -> 0.285 ms, output head at 64 tokens 0.76 -> 0.75 ms. The
   // loop is bound by its instructions per weight byte (the per-block int32 -> f32 scaling
   // of every C fragment, the MXFP4 decode, the quad shuffles), not by bytes in flight.)
+  const int pe = min(p1, steps);
 #pragma unroll 1
-  for (int p = warp; p < steps; p += KS) {
+  for (int p = p0 + warp; p < pe; p += KS) {
     St st;
     load(p, st);
     compute(st);
@@ -220,22 +227,53 @@ __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
   __syncthreads();
 }
 
+// After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z
+// ranges): the block's warps are summed into warp 0 (reduce_warps); with a K split, each
+// block leaves that partial (NA floats per lane) in part[tile] (ksplit, NA, 32) and the
+// last block of the tile to finish (ticket per tile) adds the ksplit partials in split
+// order (deterministic: the same sum whichever block comes last) and resets the ticket.
+// Returns true for the threads that hold the tile's final sums (warp 0 of the last block).
+template <int NA, int KS>
+__device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp], float* part, unsigned* tickets,
+                                                  unsigned* ticket_smem) {
+  reduce_warps<NA, KS>(acc, red);
+  const int ksplit = static_cast<int>(gridDim.z), lane = threadIdx.x % kWarp;
+  if (ksplit == 1) return threadIdx.x < kWarp;
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  float* const tile_part = part + tile * ksplit * NA * kWarp;
+  if (threadIdx.x < kWarp) {
+#pragma unroll
+    for (int i = 0; i < NA; ++i) tile_part[(static_cast<int64_t>(blockIdx.z) * NA + i) * kWarp + lane] = acc[i];
+    __threadfence();  // the partial is visible before the ticket is taken
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *ticket_smem = atomicAdd(&tickets[tile], 1u);
+  __syncthreads();
+  if (*ticket_smem != static_cast<unsigned>(ksplit - 1) || threadIdx.x >= kWarp) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < NA; ++i) acc[i] = 0.f;
+  for (int z = 0; z < ksplit; ++z)
+#pragma unroll
+    for (int i = 0; i < NA; ++i) acc[i] += __ldcg(tile_part + (static_cast<int64_t>(z) * NA + i) * kWarp + lane);
+  if (lane == 0) tickets[tile] = 0;
+  return true;
+}
+
 // Row (within the block's 32) of a thread's C fragment c in m-tile mt.
 __device__ __forceinline__ int c_row(int g, int mt, int c) { return g + 8 * (c >> 1) + 16 * mt; }
 
-// Block-wide: row x (n floats, n % 32 == 0) -> xq (int8, MXFP4 order for MX weights, MMA
-// order for Q8_0) + xd (n / 32 scales), d = amax / 127 rounded to f16 as quantize_row(Q8_0).
+// One warp: group gi (32 floats at x + 32 gi) -> xq (int8, MXFP4 order for MX weights,
+// MMA order for Q8_0) + xd[gi], d = amax / 127 rounded to f16 as quantize_row(Q8_0).
 template <int TYPE>
-__device__ __forceinline__ void quantize_row_mma(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
-  for (int gi = warp; gi < n / 32; gi += nw) {
-    const float v = x[gi * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    xq[gi * 32 + (TYPE == kMX ? mx_pos(lane) : q8_mma_pos(lane))] = static_cast<int8_t>(roundf(v * id));
-    if (lane == 0) xd[gi] = __half2float(__float2half_rn(d));
-  }
+__device__ __forceinline__ void quantize_group_mma(const float* __restrict__ x, int64_t gi, int8_t* xq, float* xd) {
+  const int lane = threadIdx.x % kWarp;
+  const float v = x[gi * 32 + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  xq[gi * 32 + (TYPE == kMX ? mx_pos(lane) : q8_mma_pos(lane))] = static_cast<int8_t>(roundf(v * id));
+  if (lane == 0) xd[gi] = __half2float(__float2half_rn(d));
 }
 
 }  // namespace brass::backend::cuda::mma

@@ -13,6 +13,7 @@
 //
 // Kernel building blocks and the fragment mapping: cuda_mma.cuh.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/oai_swiglu.h"
@@ -25,8 +26,8 @@ using namespace mma;
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
 // slots' sorted positions.
-template <int NT>
-__global__ void __launch_bounds__(kKs* kWarp) moe_gate_up_mma_kernel(
+template <int NT, int MINB>
+__global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
     const int32_t* __restrict__ perm, int k, int8_t* __restrict__ act_q, float* __restrict__ act_d, float alpha,
@@ -85,8 +86,8 @@ __global__ void __launch_bounds__(kKs* kWarp) moe_gate_up_mma_kernel(
 // grid (n_embd / 32, n_expert): block (x, e) computes down rows [32 x, 32 x + 32) of expert
 // e for all of e's slots: o[sorted position, row] = down row . act (no bias: the combine
 // adds it with the router weight).
-template <int NT>
-__global__ void __launch_bounds__(kKs* kWarp) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
+template <int NT, int MINB>
+__global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
                                                                   const int32_t* __restrict__ offsets, float* o) {
@@ -132,16 +133,16 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT>
+template <int NT, int MINB = 1>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1;
-  launch_pdl(moe_gate_up_mma_kernel<NT>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o);
   BRASS_CUDA_LAUNCHED();
@@ -188,7 +189,19 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   launch_quantize_rows_mma(kMX, a.x, a.n_tok, n_embd, b.xq, b.xd, st);
   // Tokens per pass (8 per tile): the average load per expert, with room for the spread.
   const int64_t avg = (n_slots + n_expert - 1) / n_expert;
-  if (avg <= 4)
+  // Up to 16 tokens per pass, the kernels are capped at 128 registers (4 blocks of 4 warps
+  // per SM; uncapped the gate/up kernel takes 167 and 3 blocks fit): MoE per layer at 64
+  // tokens 0.284 -> 0.252 ms on the H200 despite a 16-byte spill. BRASS_CUDA_MOE_MINB=1
+  // turns the cap off (measurement knob).
+  static const bool capped = [] {
+    const char* v = std::getenv("BRASS_CUDA_MOE_MINB");
+    return !(v && std::atoi(v) == 1);
+  }();
+  if (avg <= 4 && capped)
+    launch_typed<1, 4>(a, b, grp, static_cast<int>(n_expert), st);
+  else if (avg <= 10 && capped)
+    launch_typed<2, 4>(a, b, grp, static_cast<int>(n_expert), st);
+  else if (avg <= 4)
     launch_typed<1>(a, b, grp, static_cast<int>(n_expert), st);
   else if (avg <= 10)
     launch_typed<2>(a, b, grp, static_cast<int>(n_expert), st);

@@ -156,19 +156,9 @@ __global__ void __launch_bounds__(kThreads) moe_down_q8x_kernel(DevW down, const
   }
 }
 
-int sms() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 100;
-  }();
-  return n;
-}
-
 // Rows per block: about 6 blocks per SM for big matrices, at least one row per warp.
 int rows_per_block(int64_t rows) {
-  const int64_t want = rows / (static_cast<int64_t>(sms()) * 6);
+  const int64_t want = rows / (static_cast<int64_t>(sm_count()) * 6);
   return static_cast<int>(std::clamp<int64_t>((want + kWarps - 1) / kWarps * kWarps, kWarps, 64));
 }
 
