@@ -161,8 +161,10 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restr
                                                              float* xd) {
   const int64_t gi = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   pdl_wait();
-  pdl_trigger();
   if (gi < n_groups) quantize_group_mma<TYPE>(x, gi, xq, xd);
+  // Triggered at the end, not the start: with many small blocks (a 512-token prefill: 5,760)
+  // dependents launched early would sit in their waits on SM slots these blocks still need.
+  pdl_trigger();
 }
 
 // Tickets: a fixed area at the start of the scratch (zero at rest: every split launch
