@@ -20,24 +20,6 @@ using namespace mma;
 template <int NT>
 constexpr int ks_dense() { return NT >= 8 ? 4 : 8; }
 
-// y[token, r] = tile sum + bias for the C fragments of a thread (token tiles j < NT of 8
-// from `base`, rows r0 + c_row).
-template <int NT>
-__device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], float* y, int64_t rows,
-                                           const float* __restrict__ bias, int64_t r0, int base, int n_tok) {
-  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int tc = base + 8 * j + 2 * t + (c & 1);
-        const int64_t r = r0 + c_row(g, mt, c);
-        if (tc < n_tok) y[static_cast<int64_t>(tc) * rows + r] = acc[mt][j][c] + (bias ? bias[r] : 0.f);
-      }
-}
-
 // grid (rows / 32, ceil(n_tok / (8 NT)), ksplit): block (x, y, z) computes rows [32 x,
 // 32 x + 32) for tokens [8 NT y, 8 NT (y + 1)) over the z-th of ksplit ranges of K steps.
 // Why split K across blocks: a 2880- or 4096-row projection has only 90 / 128 row tiles,

@@ -263,6 +263,24 @@ __device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp
 // Row (within the block's 32) of a thread's C fragment c in m-tile mt.
 __device__ __forceinline__ int c_row(int g, int mt, int c) { return g + 8 * (c >> 1) + 16 * mt; }
 
+// y[token, r] = tile sum (+ bias) for the C fragments of a thread (token tiles j < NT of 8
+// from `base`, rows r0 + c_row; y has `rows` floats per token).
+template <int NT>
+__device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], float* y, int64_t rows,
+                                           const float* __restrict__ bias, int64_t r0, int base, int n_tok) {
+  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int tc = base + 8 * j + 2 * t + (c & 1);
+        const int64_t r = r0 + c_row(g, mt, c);
+        if (tc < n_tok) y[static_cast<int64_t>(tc) * rows + r] = acc[mt][j][c] + (bias ? bias[r] : 0.f);
+      }
+}
+
 // One warp: group gi (32 floats at x + 32 gi) -> xq (int8, MXFP4 order for MX weights,
 // MMA order for Q8_0) + xd[gi], d = amax / 127 rounded to f16 as quantize_row(Q8_0).
 template <int TYPE>

@@ -101,7 +101,6 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   const int off = offsets[e];
   const int n = static_cast<int>(down.n_in);
   const int64_t n_embd = down.ne1;
-  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = e * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[1] = {down.q};
   const uint8_t* const wsc[1] = {down.s};
@@ -111,16 +110,8 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
     k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int pc = base + 8 * j + 2 * t + (c & 1);
-          if (pc < cnt)
-            o[static_cast<int64_t>(off + pc) * n_embd + blockIdx.x * kRows + c_row(g, mt, c)] = acc[0][mt][j][c];
-        }
+    write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
+                   static_cast<int64_t>(blockIdx.x) * kRows, base, cnt);
   }
 }
 
