@@ -15,6 +15,10 @@ void Backend::attn_qkv(const AttnQkvArgs& a) {
   matmul({.w = a.wq, .bias = a.bq, .x = a.x, .y = a.q, .n_tok = a.n_tok});
   matmul({.w = a.wk, .bias = a.bk, .x = a.x, .y = a.k, .n_tok = a.n_tok});
   matmul({.w = a.wv, .bias = a.bv, .x = a.x, .y = a.v, .n_tok = a.n_tok});
+  attn_qkv_rope_store(a);
+}
+
+void Backend::attn_qkv_rope_store(const AttnQkvArgs& a) {
   rope({.x = a.q, .pos = a.pos, .inv_freq = a.inv_freq, .mscale = a.mscale, .n_tok = a.n_tok,
         .n_heads = a.n_head, .head_dim = a.head_dim});
   rope({.x = a.k, .pos = a.pos, .inv_freq = a.inv_freq, .mscale = a.mscale, .n_tok = a.n_tok,

@@ -312,6 +312,11 @@ class Backend {
   // Record the ops `record` issues into a Graph (instead of running them). Default:
   // unsupported (an error status).
   virtual Result<std::unique_ptr<Graph>> capture(const std::function<void()>& record);
+
+ protected:
+  // The tail of the composed attn_qkv (rope of q and k, then the KV store), for backends
+  // that compute q, k and v their own way.
+  void attn_qkv_rope_store(const AttnQkvArgs& a);
 };
 
 // The CPU reference backend (backend/cpu). n_threads <= 0: env::threads().

@@ -89,7 +89,9 @@ TEST_P(CudaOpsMode, MatmulAllTypesOddSizes) {
   const Case cases[] = {{DType::F32, 37, 5, 3},    {DType::F32, 64, 131, 1},   {DType::F16, 40, 7, 6},
                         {DType::F16, 30, 9, 2},    {DType::BF16, 96, 33, 5},   {DType::BF16, 21, 3, 1},
                         {DType::Q8_0, 2880, 67, 1}, {DType::Q8_0, 96, 4099, 7}, {DType::MXFP4, 2880, 300, 1},
-                        {DType::MXFP4, 64, 1201, 4}, {DType::Q8_0, 4096, 2880, 1}, {DType::F32, 2880, 32, 1}};
+                        {DType::MXFP4, 64, 1201, 4}, {DType::Q8_0, 4096, 2880, 1}, {DType::F32, 2880, 32, 1},
+                        // the tiled f32 kernel (few rows, many tokens: the router at prefill)
+                        {DType::F32, 2880, 32, 600}, {DType::F32, 100, 45, 517}};
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     HostWeight w(f.rng, c.t, c.n_in, c.n_out);

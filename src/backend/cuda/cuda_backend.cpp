@@ -324,7 +324,17 @@ class CudaBackend final : public Backend {
   void attn_qkv(const AttnQkvArgs& a) override {
     // The fused kernel serves one sequence with its KV storage in the launch arguments;
     // a graph update checks the composed form (whose KV store fails it unless batched).
-    // Several tokens: three matmuls (int8 MMA or tensor-core GEMMs) + rope + store.
+    // Several tokens: three matmuls (int8 MMA or tensor-core GEMMs) + rope + store; where
+    // the matmuls would take the tensor-core path, one GEMM of the three weights instead.
+    if (!updating_ && tc_ && a.n_tok >= tc_->options().min_tok_dense) {
+      const MatmulP m[3] = {{dev_weight(a.wq), a.bq, a.x, a.q, a.n_tok},
+                            {dev_weight(a.wk), a.bk, a.x, a.k, a.n_tok},
+                            {dev_weight(a.wv), a.bv, a.x, a.v, a.n_tok}};
+      if (!(q8x_ && use_dense_mma(m[0])) && tc_->qkv(m)) {
+        attn_qkv_rope_store(a);
+        return;
+      }
+    }
     if (updating_ || (tc_ && a.n_tok >= tc_->options().min_tok_dense) ||
         (q8x_ && a.n_tok >= 2 && use_dense_mma({dev_weight(a.wq), nullptr, nullptr, nullptr, a.n_tok}))) {
       Backend::attn_qkv(a);

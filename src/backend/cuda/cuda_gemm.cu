@@ -93,6 +93,27 @@ __global__ void bias_add_kernel(float* y, const float* __restrict__ bias, int64_
   if (i < n_rows * n) y[i] += bias[i % n];
 }
 
+// y (n_tok, cols) -> three row-major outputs side by side in the columns, each + its bias
+// (the fused q / k / v GEMM's result, cuda_tc.cpp). Four columns per thread (every part's
+// width is a multiple of 4: checked by the launcher).
+__global__ void split_cols3_kernel(const float* __restrict__ y, int64_t n_tok, SplitCols3P p) {
+  const int64_t cols = p.width[0] + p.width[1] + p.width[2];
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i >= n_tok * cols) return;
+  const int64_t t = i / cols;
+  int64_t c = i % cols;
+  int part = 0;
+  while (c >= p.width[part]) c -= p.width[part++];
+  float4 v = *reinterpret_cast<const float4*>(y + i);
+  if (const float* b = p.bias[part]) {
+    v.x += b[c];
+    v.y += b[c + 1];
+    v.z += b[c + 2];
+    v.w += b[c + 3];
+  }
+  *reinterpret_cast<float4*>(p.out[part] + t * p.width[part] + c) = v;
+}
+
 // One block: slots (t, j) grouped by expert. counts/offsets (n_expert + 1) out; perm:
 // sorted position -> slot; inv: slot -> sorted position; eid: sorted position -> expert.
 // The order inside an expert's group is arbitrary: every GEMM row is independent, and the
@@ -127,36 +148,72 @@ __global__ void __launch_bounds__(1024) moe_group_kernel(const int32_t* __restri
   }
 }
 
-// act[i, r] = T(swiglu(h[i, r] + gb[e, r], h[i, n_ff + r] + ub[e, r])), e = eid[i].
-template <class T>
+// V consecutive floats at p (V = 4: one 16-byte access; the caller keeps p 16-byte aligned).
+template <int V>
+struct Vec {
+  float v[V];
+  __device__ __forceinline__ void load(const float* p) {
+    if constexpr (V == 4) {
+      const float4 f = *reinterpret_cast<const float4*>(p);
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = p[i];
+    }
+  }
+};
+
+// act[i, r] = T(swiglu(h[i, r] + gb[e, r], h[i, n_ff + r] + ub[e, r])), e = eid[i]; V
+// consecutive r per thread (V = 4 when n_ff % 4 == 0: 16-byte loads, 8-byte stores).
+template <class T, int V>
 __global__ void moe_swiglu_kernel(const float* __restrict__ h, const int32_t* __restrict__ eid,
                                   const float* __restrict__ gb, const float* __restrict__ ub, T* act, int64_t n_rows,
                                   int64_t n_ff, float alpha, float limit) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n_rows * n_ff) return;
   const int64_t row = i / n_ff, r = i % n_ff;
   const int64_t e = eid[row];
-  float g = h[row * 2 * n_ff + r], u = h[row * 2 * n_ff + n_ff + r];
-  if (gb) g += gb[e * n_ff + r];
-  if (ub) u += ub[e * n_ff + r];
-  act[i] = from_f32<T>(oai_swiglu(g, u, alpha, limit));
+  Vec<V> g, u, bg, bu;
+  g.load(h + row * 2 * n_ff + r);
+  u.load(h + row * 2 * n_ff + n_ff + r);
+  if (gb) bg.load(gb + e * n_ff + r);
+  if (ub) bu.load(ub + e * n_ff + r);
+  T out[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    out[j] = from_f32<T>(oai_swiglu(g.v[j] + (gb ? bg.v[j] : 0.f), u.v[j] + (ub ? bu.v[j] : 0.f), alpha, limit));
+  if constexpr (V == 4)
+    *reinterpret_cast<uint2*>(act + i) = *reinterpret_cast<const uint2*>(out);
+  else
+    act[i] = out[0];
 }
 
-// out[t, c] = sum_j w[t, j] * (o[inv[t k + j], c] + db[e, c]), in j order.
+// out[t, c] = sum_j w[t, j] * (o[inv[t k + j], c] + db[e, c]), in j order; V consecutive c
+// per thread (V = 4 when n_embd % 4 == 0).
+template <int V>
 __global__ void moe_combine_kernel(const float* __restrict__ o, const int32_t* __restrict__ inv,
                                    const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                    const float* __restrict__ db, float* out, int64_t n_tok, int64_t k,
                                    int64_t n_embd) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n_tok * n_embd) return;
   const int64_t t = i / n_embd, c = i % n_embd;
-  float sum = 0.f;
+  float sum[V] = {};
   for (int64_t j = 0; j < k; ++j) {
     const int64_t s = t * k + j;
-    sum += wts[s] * (o[static_cast<int64_t>(inv[s]) * n_embd + c] + (db ? db[ids[s] * n_embd + c] : 0.f));
+    Vec<V> ov, dv;
+    ov.load(o + static_cast<int64_t>(inv[s]) * n_embd + c);
+    if (db) dv.load(db + ids[s] * n_embd + c);
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] += wts[s] * (ov.v[v] + (db ? dv.v[v] : 0.f));
   }
-  out[i] = sum;
+  if constexpr (V == 4)
+    *reinterpret_cast<float4*>(out + i) = make_float4(sum[0], sum[1], sum[2], sum[3]);
+  else
+    out[i] = sum[0];
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
@@ -190,6 +247,15 @@ void launch_bias_add(float* y, const float* bias, int64_t n_rows, int64_t n, cud
   BRASS_CUDA_LAUNCHED();
 }
 
+bool launch_split_cols3(const float* y, int64_t n_tok, const SplitCols3P& p, cudaStream_t st) {
+  for (int64_t w : p.width)
+    if (w <= 0 || w % 4) return false;
+  const int64_t n4 = n_tok * (p.width[0] + p.width[1] + p.width[2]) / 4;
+  if (n4 > 0) split_cols3_kernel<<<blocks_for(n4, 256), 256, 0, st>>>(y, n_tok, p);
+  BRASS_CUDA_LAUNCHED();
+  return true;
+}
+
 void launch_moe_group(const int32_t* ids, int64_t n_slots, int n_expert, MoeGroupBufs b, cudaStream_t st) {
   moe_group_kernel<<<1, 1024, 2 * n_expert * sizeof(int32_t), st>>>(ids, n_slots, n_expert, b.counts, b.offsets,
                                                                     b.perm, b.inv, b.eid);
@@ -199,18 +265,27 @@ void launch_moe_group(const int32_t* ids, int64_t n_slots, int n_expert, MoeGrou
 void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, const float* ub, void* act, bool bf16,
                        int64_t n_rows, int64_t n_ff, float alpha, float limit, cudaStream_t st) {
   if (n_rows <= 0) return;
-  if (bf16)
-    moe_swiglu_kernel<__nv_bfloat16><<<blocks_for(n_rows * n_ff, 256), 256, 0, st>>>(
-        h, eid, gb, ub, static_cast<__nv_bfloat16*>(act), n_rows, n_ff, alpha, limit);
-  else
-    moe_swiglu_kernel<__half><<<blocks_for(n_rows * n_ff, 256), 256, 0, st>>>(h, eid, gb, ub, static_cast<__half*>(act),
-                                                                              n_rows, n_ff, alpha, limit);
+  auto go = [&](auto kernel, int v, auto* dst) {
+    kernel<<<blocks_for(n_rows * n_ff / v, 256), 256, 0, st>>>(h, eid, gb, ub, dst, n_rows, n_ff, alpha, limit);
+  };
+  const bool v4 = n_ff % 4 == 0 && aligned16(h) && aligned16(gb) && aligned16(ub) && aligned16(act);
+  if (bf16) {
+    auto* dst = static_cast<__nv_bfloat16*>(act);
+    v4 ? go(moe_swiglu_kernel<__nv_bfloat16, 4>, 4, dst) : go(moe_swiglu_kernel<__nv_bfloat16, 1>, 1, dst);
+  } else {
+    auto* dst = static_cast<__half*>(act);
+    v4 ? go(moe_swiglu_kernel<__half, 4>, 4, dst) : go(moe_swiglu_kernel<__half, 1>, 1, dst);
+  }
   BRASS_CUDA_LAUNCHED();
 }
 
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
                         float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st) {
-  moe_combine_kernel<<<blocks_for(n_tok * n_embd, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k, n_embd);
+  if (n_embd % 4 == 0 && aligned16(o) && aligned16(db) && aligned16(out))
+    moe_combine_kernel<4><<<blocks_for(n_tok * n_embd / 4, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k,
+                                                                              n_embd);
+  else
+    moe_combine_kernel<1><<<blocks_for(n_tok * n_embd, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k, n_embd);
   BRASS_CUDA_LAUNCHED();
 }
 

@@ -159,6 +159,15 @@ void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st);
 // Dequantize the matrices [e0, e1) of w (Q8_0 -> f16, MXFP4 -> bf16) into dst: matrix e's
 // row r lands at row (e - e0) * dst_stride + dst_off + r (rows of n_in elements); mask
 // (n_matrices, may be null): skip matrices whose entry is 0.
+// The fused q / k / v GEMM's output split: out[j] (n_tok, width[j]) = the columns of y
+// (n_tok, sum of widths) from the sum of the widths before j, + bias[j] (or none). False
+// (nothing launched) unless every width is a positive multiple of 4.
+struct SplitCols3P {
+  float* out[3];
+  const float* bias[3];
+  int64_t width[3];
+};
+bool launch_split_cols3(const float* y, int64_t n_tok, const SplitCols3P& p, cudaStream_t st);
 void launch_dequant_half(const DevW& w, void* dst, int64_t dst_stride, int64_t dst_off, const int32_t* mask,
                          int64_t e0, int64_t e1, cudaStream_t st);
 // dst (n_rows, n) 16-bit (bf16 or f16) = x rows; row i reads x row rows[i] / div (rows

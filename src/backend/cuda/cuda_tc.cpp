@@ -76,6 +76,41 @@ bool TensorCores::matmul(const MatmulP& a) {
   return true;
 }
 
+bool TensorCores::qkv(const MatmulP (&m)[3]) {
+  const DevW& w0 = m[0].w;
+  const int64_t n_tok = m[0].n_tok, n_in = w0.n_in;
+  if (!opt_.enabled || n_tok < opt_.min_tok_dense || (w0.type != kQ8 && w0.type != kMX)) return false;
+  int64_t rows = 0;
+  for (const MatmulP& p : m) {
+    if (p.w.type != w0.type || p.w.n_in != n_in || p.w.ne1 != p.w.rows || p.x != m[0].x || p.n_tok != n_tok ||
+        p.w.rows % 4)
+      return false;
+    rows += p.w.rows;
+  }
+  if (n_in % 32 != 0 || rows * n_in * 2 > kDenseDequantMax) return false;
+  const bool bf16 = is_bf16(w0.type);
+  // The three weights dequantized one under the other: one GEMM of all their rows.
+  uint8_t* wd = static_cast<uint8_t*>(wdq_.get(static_cast<size_t>(rows * n_in * 2)));
+  int64_t r0 = 0;
+  for (const MatmulP& p : m) {
+    launch_dequant_half(p.w, wd, 0, r0, nullptr, 0, 1, st_);
+    r0 += p.w.rows;
+  }
+  void* xh = xh_.get(static_cast<size_t>(n_tok * n_in * 2));
+  launch_to_half(m[0].x, nullptr, 1, xh, bf16, n_tok, n_in, st_);
+  float* y = h_buf_.as<float>(static_cast<size_t>(n_tok * rows));  // (n_tok, rows); the MoE's h area
+  gemm(bf16, rows, n_tok, n_in, wd, n_in, xh, n_in, y, rows);
+  SplitCols3P sp{};
+  for (int j = 0; j < 3; ++j) {
+    sp.out[j] = m[j].y;
+    sp.bias[j] = m[j].bias;
+    sp.width[j] = m[j].w.rows;
+  }
+  const bool ok = launch_split_cols3(y, n_tok, sp, st_);
+  (void)ok;  // (widths checked above)
+  return true;
+}
+
 bool TensorCores::moe(const MoeP& a) {
   const DevW &g = a.gate, &u = a.up, &d = a.down;
   if (!opt_.enabled || (g.type != kQ8 && g.type != kMX) || u.type != g.type || d.type != g.type) return false;

@@ -36,6 +36,10 @@ class TensorCores {
   TensorCores& operator=(const TensorCores&) = delete;
 
   bool matmul(const MatmulP& a);
+  // q / k / v of attention (three matmuls of one input): the weights dequantized one under
+  // the other, the input converted once, one GEMM, its columns split into the three
+  // outputs with their biases. Same numerics as three matmul calls (f32 summation order aside).
+  bool qkv(const MatmulP (&m)[3]);
   bool moe(const MoeP& a);
   const TcOptions& options() const { return opt_; }
 
