@@ -221,7 +221,7 @@ TEST(CudaOps, RopeBothYarnConventions) {
     model::RopeParams rp;
     rp.yarn_rounded = rounded;
     const auto freqs = model::compute_rope_freqs(rp);
-    const int64_t n_tok = 4, n_heads = 3, hd = 64;
+    const int64_t n_tok = 4, n_heads = 11, hd = 64;  // two head groups of the kernel, the second partial
     std::vector<int32_t> pos = {0, 1, 4095, 131071};
     auto x = f.rng.vec(n_tok * n_heads * hd);
     std::vector<float> want = x;

@@ -217,12 +217,13 @@ __global__ void embed_kernel(DevW w, const int32_t* __restrict__ tokens, float* 
   }
 }
 
-// grid (n_tok): the token's cos / sin pairs (one sincosf per frequency, in shared memory:
-// dynamic, 2 * head_dim / 2 floats) serve all its heads; then the block walks the token's
-// (head, pair) items. (A block per (token, head) recomputed them for every head: 4.4 ms of a
-// pp2048 forward on the H200.)
+// grid (n_tok, head groups of hpb heads): the token's cos / sin pairs (one sincosf per
+// frequency, in shared memory: dynamic, 2 * head_dim / 2 floats) serve the group's heads;
+// then the block walks the group's (head, pair) items. (A block per (token, head)
+// recomputed them for every head: 4.4 ms of a pp2048 forward on the H200; a block per
+// token left batched decode with a few blocks of long loops.)
 __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
-                            float mscale, int64_t n_heads, int64_t head_dim) {
+                            float mscale, int64_t n_heads, int64_t head_dim, int64_t hpb) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   extern __shared__ float cs[];  // [half] cos * mscale, [half] sin * mscale
   const int64_t t = blockIdx.x, half = head_dim / 2;
@@ -234,8 +235,9 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const flo
     cs[half + j] = s * mscale;
   }
   __syncthreads();
-  float* xt = x + t * n_heads * head_dim;
-  for (int64_t i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
+  const int64_t h0 = blockIdx.y * hpb, nh = min(hpb, n_heads - h0);
+  float* xt = x + (t * n_heads + h0) * head_dim;
+  for (int64_t i = threadIdx.x; i < nh * half; i += blockDim.x) {
     const int64_t j = i % half;
     float* xr = xt + (i / half) * head_dim;
     const float c = cs[j], s = cs[half + j];
@@ -394,8 +396,11 @@ void launch_embed(const EmbedP& a, cudaStream_t st) {
 
 void launch_rope(const RopeP& a, cudaStream_t st) {
   if (a.n_tok <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, a.n_heads * a.head_dim / 2)));
-  rope_kernel<<<static_cast<unsigned>(a.n_tok), threads, a.head_dim * sizeof(float), st>>>(a.x, a.pos, a.inv_freq, a.mscale, a.n_heads, a.head_dim);
+  const int64_t half = std::max<int64_t>(a.head_dim / 2, 1), hpb = std::max<int64_t>(1, 256 / half);
+  const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, std::min(hpb, a.n_heads) * half)));
+  const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>((a.n_heads + hpb - 1) / hpb));
+  rope_kernel<<<grid, threads, a.head_dim * sizeof(float), st>>>(a.x, a.pos, a.inv_freq, a.mscale, a.n_heads,
+                                                                  a.head_dim, hpb);
   BRASS_CUDA_LAUNCHED();
 }
 
