@@ -583,7 +583,10 @@ TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
   SEED_TRACE(f.rng);
   const auto freqs = model::compute_rope_freqs(model::RopeParams{});
   struct Case { DType wt, kv; int64_t n_embd, n_head, n_head_kv, hd, n_tok; int32_t pos0; bool ring; int32_t cap; };
+  // (Int8Act mode, 2..8 tokens: q / k / v in one launch of the int8 MMA kernel.)
   for (const Case& c : {Case{DType::Q8_0, DType::F16, 2880, 64, 8, 64, 1, 4100, false, 0},
+                        Case{DType::Q8_0, DType::F16, 2880, 64, 8, 64, 5, 100, false, 0},
+                        Case{DType::MXFP4, DType::F32, 128, 4, 2, 32, 7, 0, false, 0},
                         Case{DType::Q8_0, DType::F32, 96, 4, 2, 16, 5, 3, true, 12},
                         Case{DType::F32, DType::F16, 40, 4, 1, 64, 2, 700, true, 639}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.wt) << " n_embd " << c.n_embd << " n_tok " << c.n_tok);

@@ -141,10 +141,12 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   }
 }
 
-// q / k / v of a prefill chunk on the tensor-core path (one GEMM of the three weights, its
-// columns split with the biases, then rope and the KV store) against the rounded twin of
-// each projection, roped by the reference backend; the chunk's K cache rows (f32) must be
-// the roped k. The gpt-oss shapes and an odd small one (token count not a tile multiple).
+// q / k / v of a chunk with the three projections fused (prefill sizes: one GEMM of the
+// three weights on the tensor-core path, its columns split with the biases; 9..64 tokens:
+// one launch of the f16 MMA kernel over the three weights' row tiles), then rope and the
+// KV store, against the rounded twin of each projection, roped by the reference backend;
+// the chunk's K cache rows (f32) must be the roped k. The gpt-oss shapes and odd small
+// ones (token counts not a tile multiple, one row tile for k and v).
 TEST(CudaTensorCores, FusedQkvMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -155,7 +157,8 @@ TEST(CudaTensorCores, FusedQkvMatchesRoundedTwin) {
   const auto freqs = model::compute_rope_freqs(model::RopeParams{});
   struct Case { DType t; int64_t n_embd, n_head, n_head_kv, hd, n_tok; int32_t pos0; };
   for (const Case& c : {Case{DType::Q8_0, 2880, 64, 8, 64, 130, 0}, Case{DType::Q8_0, 96, 4, 2, 16, 77, 31},
-                        Case{DType::MXFP4, 128, 6, 2, 32, 100, 5}}) {
+                        Case{DType::MXFP4, 128, 6, 2, 32, 100, 5}, Case{DType::Q8_0, 2880, 64, 8, 64, 40, 7},
+                        Case{DType::Q8_0, 96, 4, 2, 16, 9, 0}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " n_embd " << c.n_embd << " tok " << c.n_tok);
     const int64_t Q = c.n_head * c.hd, KV = c.n_head_kv * c.hd;
     W wq(rng, c.t, c.n_embd, Q, 1, 1.0f), wk(rng, c.t, c.n_embd, KV, 1, 1.0f), wv(rng, c.t, c.n_embd, KV, 1, 1.0f);

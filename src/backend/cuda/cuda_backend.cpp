@@ -240,7 +240,8 @@ class CudaBackend final : public Backend {
     const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
     if (q8x_ && use_dense_mma(p)) {
       const bool h16 = p.n_tok >= mma_h16_min_tok_;
-      launch_matmul_mma(p, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(p, h16))), st_);
+      const std::span<const MatmulP> one(&p, 1);
+      launch_matmul_mma(one, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(one, h16))), st_);
       return;
     }
     if (tc_ && tc_->matmul(p)) return;
@@ -324,13 +325,21 @@ class CudaBackend final : public Backend {
   void attn_qkv(const AttnQkvArgs& a) override {
     // The fused kernel serves one sequence with its KV storage in the launch arguments;
     // a graph update checks the composed form (whose KV store fails it unless batched).
-    // Several tokens: three matmuls (int8 MMA or tensor-core GEMMs) + rope + store; where
-    // the matmuls would take the tensor-core path, one GEMM of the three weights instead.
-    if (!updating_ && tc_ && a.n_tok >= tc_->options().min_tok_dense) {
+    // Several tokens: q / k / v + rope + store. The three projections in one launch where
+    // they take the MMA kernels (2..64 tokens) or one GEMM where they take the tensor-core
+    // path (prefill); otherwise three matmuls.
+    if (!updating_ && a.n_tok >= 2) {
       const MatmulP m[3] = {{dev_weight(a.wq), a.bq, a.x, a.q, a.n_tok},
                             {dev_weight(a.wk), a.bk, a.x, a.k, a.n_tok},
                             {dev_weight(a.wv), a.bv, a.x, a.v, a.n_tok}};
-      if (!(q8x_ && use_dense_mma(m[0])) && tc_->qkv(m)) {
+      const bool mma = q8x_ && use_dense_mma(m[0]) && use_dense_mma(m[1]) && use_dense_mma(m[2]);
+      if (mma && matmul_mma_fusable(m)) {
+        const bool h16 = a.n_tok >= mma_h16_min_tok_;
+        launch_matmul_mma(m, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16))), st_);
+        attn_qkv_rope_store(a);
+        return;
+      }
+      if (!mma && tc_ && a.n_tok >= tc_->options().min_tok_dense && tc_->qkv(m)) {
         attn_qkv_rope_store(a);
         return;
       }

@@ -204,9 +204,13 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
 void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
                               cudaStream_t st);
 bool matmul_mma_supported(const DevW& w);
+// One to three matmuls of one input in one launch (q / k / v): each supported, same
+// weight type and n_in, same x and n_tok.
+bool matmul_mma_fusable(std::span<const MatmulP> ms);
 // h16: Q8_0 weights on the f16 kernel (tensor-core numerics) instead of the int8 one.
-int64_t matmul_mma_scratch_bytes(const MatmulP& a, bool h16);
-void launch_matmul_mma(const MatmulP& a, bool h16, void* scratch, cudaStream_t st);
+// ms: one matmul, or up to three that are matmul_mma_fusable.
+int64_t matmul_mma_scratch_bytes(std::span<const MatmulP> ms, bool h16);
+void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st);
 
 // ---- cuda_sample.cu (backend/sampling.h's draw; one block per row, capturable) ----
 void launch_sample(const SampleP& a, cudaStream_t st);

@@ -7,6 +7,7 @@
 // tensor-core path's numerics).
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -20,24 +21,43 @@ using namespace mma;
 template <int NT>
 constexpr int ks_dense() { return NT >= 8 ? 4 : 8; }
 
+// Up to three matrices of one input side by side in the grid's x (q / k / v of attention:
+// one launch and one activation conversion instead of three). Matrix j owns row tiles
+// [end[j - 1], end[j]); every matrix has the input's n_in and the call's type.
+struct Parts {
+  DevW w[3];
+  const float* bias[3];
+  float* y[3];
+  int end[3];
+  // The matrix of row tile x and the tile's first row in it (selects instead of a dynamic
+  // index into the parameter arrays).
+  struct One { DevW w; const float* bias; float* y; int64_t r0; };
+  __device__ __forceinline__ One at(int x) const {
+    const int j = x < end[0] ? 0 : x < end[1] ? 1 : 2;
+    const int x0 = j == 0 ? 0 : j == 1 ? end[0] : end[1];
+    return {j == 0 ? w[0] : j == 1 ? w[1] : w[2], j == 0 ? bias[0] : j == 1 ? bias[1] : bias[2],
+            j == 0 ? y[0] : j == 1 ? y[1] : y[2], static_cast<int64_t>(x - x0) * kRows};
+  }
+};
+
 // grid (rows / 32, ceil(n_tok / (8 NT)), ksplit): block (x, y, z) computes rows [32 x,
 // 32 x + 32) for tokens [8 NT y, 8 NT (y + 1)) over the z-th of ksplit ranges of K steps.
 // Why split K across blocks: a 2880- or 4096-row projection has only 90 / 128 row tiles,
 // a few warps per SM, each walking its K range with dependent loads (latency-bound). The
 // split's partials are combined by the tile's last block (finish_split_tile).
 template <int TYPE, int NT>
-__global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(DevW w, const float* __restrict__ bias,
-                                                                const int8_t* __restrict__ xq,
-                                                                const float* __restrict__ xd, float* y, int n_tok,
+__global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(Parts ps, const int8_t* __restrict__ xq,
+                                                                const float* __restrict__ xd, int n_tok,
                                                                 float* part, unsigned* tickets) {
   constexpr int NA = 2 * NT * 4, KS = ks_dense<NT>();
   __shared__ float red[(KS - 1) * NA][kWarp];
   __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
+  const Parts::One m = ps.at(static_cast<int>(blockIdx.x));
+  const DevW& w = m.w;
   const int n = static_cast<int>(w.n_in);
-  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t r0 = m.r0;
   const int base = static_cast<int>(blockIdx.y) * 8 * NT;
   const Cols<NT> cols = make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n);
   const uint8_t* const wq[1] = {w.q};
@@ -47,7 +67,7 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(DevW
   float acc[1][2][NT][4] = {};
   k_loop<TYPE, 1, NT, KS>(wq, wsc, r0, n, cols, acc, p0, p1);
   if (!finish_split_tile<NA, KS>(&acc[0][0][0][0], red, part, tickets, &ticket)) return;
-  write_tile<NT>(acc[0], y, w.rows, bias, r0, base, n_tok);
+  write_tile<NT>(acc[0], m.y, w.rows, m.bias, r0, base, n_tok);
 }
 
 // ---- Q8_0 weights on f16 tensor cores (mma.sync m16n8k16, f32 accumulation) ----
@@ -86,17 +106,18 @@ constexpr int ks_h16() { return NT >= 4 ? 4 : 8; }
 
 // grid and blocks as matmul_mma_kernel; xh: (n_tok, n) f16 activations, natural order.
 template <int NT>
-__global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(DevW w, const float* __restrict__ bias,
-                                                                          const __half* __restrict__ xh, float* y,
+__global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts ps, const __half* __restrict__ xh,
                                                                           int n_tok, float* part, unsigned* tickets) {
   constexpr int NA = 2 * NT * 4, KS = ks_h16<NT>();
   __shared__ float red[(KS - 1) * NA][kWarp];
   __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
+  const Parts::One m = ps.at(static_cast<int>(blockIdx.x));
+  const DevW& w = m.w;
   const int n = static_cast<int>(w.n_in), nb = n / 32;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t r0 = m.r0;
   const int base = static_cast<int>(blockIdx.y) * 8 * NT;
   const int ksplit = static_cast<int>(gridDim.z);
   const int p0 = static_cast<int>(blockIdx.z) * nb / ksplit, p1 = (static_cast<int>(blockIdx.z) + 1) * nb / ksplit;
@@ -133,7 +154,7 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(DevW w
     }
   }
   if (!finish_split_tile<NA, KS>(&acc[0][0][0], red, part, tickets, &ticket)) return;
-  write_tile<NT>(acc, y, w.rows, bias, r0, base, n_tok);
+  write_tile<NT>(acc, m.y, w.rows, m.bias, r0, base, n_tok);
 }
 
 // One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
@@ -186,12 +207,14 @@ struct Plan {
   int64_t part_floats() const { return ksplit > 1 ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
 };
 
-Plan plan(const MatmulP& a, bool h16) {
+Plan plan(std::span<const MatmulP> ms, bool h16) {
+  const MatmulP& a = ms[0];
   const int64_t per_pass = std::min<int64_t>(a.n_tok, 8 * max_nt());
   Plan p{};
   p.h16 = h16 && a.w.type == kQ8;
   p.nt = per_pass <= 8 ? 1 : per_pass <= 16 ? 2 : per_pass <= 32 ? 4 : 8;
-  p.gx = a.w.rows / kRows;
+  p.gx = 0;
+  for (const MatmulP& m : ms) p.gx += m.w.rows / kRows;
   p.gy = (a.n_tok + 8 * p.nt - 1) / (8 * p.nt);
   const int steps = a.w.type == kMX ? k_steps<kMX>(static_cast<int>(a.w.n_in)) : k_steps<kQ8>(static_cast<int>(a.w.n_in));
   const int ks = p.h16 ? (p.nt >= 4 ? 4 : 8) : (p.nt >= 8 ? 4 : 8);
@@ -199,43 +222,59 @@ Plan plan(const MatmulP& a, bool h16) {
   return p;
 }
 
+Parts parts_of(std::span<const MatmulP> ms) {
+  Parts ps{};
+  int end = 0;
+  for (int j = 0; j < 3; ++j) {
+    const MatmulP& m = ms[std::min<size_t>(j, ms.size() - 1)];
+    if (j < static_cast<int>(ms.size())) end += static_cast<int>(m.w.rows / kRows);
+    ps.w[j] = m.w;
+    ps.bias[j] = m.bias;
+    ps.y[j] = m.y;
+    ps.end[j] = end;
+  }
+  return ps;
+}
+
 template <int TYPE, int NT>
-void launch_nt(const MatmulP& a, const Plan& pl, const int8_t* xq, const float* xd, float* part, unsigned* tickets,
-               cudaStream_t st) {
+void launch_nt(const Parts& ps, int64_t n_tok, const Plan& pl, const int8_t* xq, const float* xd, float* part,
+               unsigned* tickets, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
-  launch_pdl(matmul_mma_kernel<TYPE, NT>, grid, dim3(ks_dense<NT>() * kWarp), 0, st, a.w, a.bias, xq, xd, a.y,
-             static_cast<int>(a.n_tok), part, tickets);
+  launch_pdl(matmul_mma_kernel<TYPE, NT>, grid, dim3(ks_dense<NT>() * kWarp), 0, st, ps, xq, xd,
+             static_cast<int>(n_tok), part, tickets);
   BRASS_CUDA_LAUNCHED();
 }
 
 template <int NT>
-void launch_h16(const MatmulP& a, const Plan& pl, const __half* xh, float* part, unsigned* tickets, cudaStream_t st) {
+void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, float* part, unsigned* tickets,
+                cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
-  launch_pdl(matmul_h16_kernel<NT>, grid, dim3(ks_h16<NT>() * kWarp), 0, st, a.w, a.bias, xh, a.y,
-             static_cast<int>(a.n_tok), part, tickets);
+  launch_pdl(matmul_h16_kernel<NT>, grid, dim3(ks_h16<NT>() * kWarp), 0, st, ps, xh, static_cast<int>(n_tok), part,
+             tickets);
   BRASS_CUDA_LAUNCHED();
 }
 
 // Tokens per tile pass: up to 64, so a 64-stream step reads the weight once.
 template <int TYPE>
-void launch_typed(const MatmulP& a, const Plan& pl, int8_t* xq, float* xd, float* part, unsigned* tickets,
-                  cudaStream_t st) {
+void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq, float* xd, float* part,
+                  unsigned* tickets, cudaStream_t st) {
   launch_quantize_rows_mma(TYPE, a.x, a.n_tok, a.w.n_in, xq, xd, st);
   switch (pl.nt) {
-    case 1: launch_nt<TYPE, 1>(a, pl, xq, xd, part, tickets, st); break;
-    case 2: launch_nt<TYPE, 2>(a, pl, xq, xd, part, tickets, st); break;
-    case 4: launch_nt<TYPE, 4>(a, pl, xq, xd, part, tickets, st); break;
-    default: launch_nt<TYPE, 8>(a, pl, xq, xd, part, tickets, st); break;
+    case 1: launch_nt<TYPE, 1>(ps, a.n_tok, pl, xq, xd, part, tickets, st); break;
+    case 2: launch_nt<TYPE, 2>(ps, a.n_tok, pl, xq, xd, part, tickets, st); break;
+    case 4: launch_nt<TYPE, 4>(ps, a.n_tok, pl, xq, xd, part, tickets, st); break;
+    default: launch_nt<TYPE, 8>(ps, a.n_tok, pl, xq, xd, part, tickets, st); break;
   }
 }
 
-void launch_half(const MatmulP& a, const Plan& pl, __half* xh, float* part, unsigned* tickets, cudaStream_t st) {
+void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh, float* part, unsigned* tickets,
+                 cudaStream_t st) {
   launch_to_half(a.x, nullptr, 1, xh, false, a.n_tok, a.w.n_in, st);
   switch (pl.nt) {
-    case 1: launch_h16<1>(a, pl, xh, part, tickets, st); break;
-    case 2: launch_h16<2>(a, pl, xh, part, tickets, st); break;
-    case 4: launch_h16<4>(a, pl, xh, part, tickets, st); break;
-    default: launch_h16<8>(a, pl, xh, part, tickets, st); break;
+    case 1: launch_h16<1>(ps, a.n_tok, pl, xh, part, tickets, st); break;
+    case 2: launch_h16<2>(ps, a.n_tok, pl, xh, part, tickets, st); break;
+    case 4: launch_h16<4>(ps, a.n_tok, pl, xh, part, tickets, st); break;
+    default: launch_h16<8>(ps, a.n_tok, pl, xh, part, tickets, st); break;
   }
 }
 
@@ -262,25 +301,37 @@ bool matmul_mma_supported(const DevW& w) {
 
 // Scratch: tickets (kMaxTickets unsigned) | xq (n_tok, n_in) int8 or xh (n_tok, n_in) f16
 // | xd (n_tok, n_in / 32) | the split partials (ksplit, tiles, NA, 32) f32.
-int64_t matmul_mma_scratch_bytes(const MatmulP& a, bool h16) {
+int64_t matmul_mma_scratch_bytes(std::span<const MatmulP> ms, bool h16) {
+  const MatmulP& a = ms[0];
   return al256(kMaxTickets * 4) + al256(a.n_tok * a.w.n_in * 2) + al256(a.n_tok * (a.w.n_in / 32) * 4) +
-         plan(a, h16).part_floats() * 4;
+         plan(ms, h16).part_floats() * 4;
 }
 
-void launch_matmul_mma(const MatmulP& a, bool h16, void* scratch, cudaStream_t st) {
+bool matmul_mma_fusable(std::span<const MatmulP> ms) {
+  if (ms.empty() || ms.size() > 3) return false;
+  for (const MatmulP& m : ms)
+    if (!matmul_mma_supported(m.w) || m.w.type != ms[0].w.type || m.w.n_in != ms[0].w.n_in || m.x != ms[0].x ||
+        m.n_tok != ms[0].n_tok)
+      return false;
+  return true;
+}
+
+void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st) {
+  const MatmulP& a = ms[0];
   if (a.n_tok <= 0) return;
   uint8_t* s = static_cast<uint8_t*>(scratch);
   unsigned* tickets = reinterpret_cast<unsigned*>(s);
   uint8_t* xs = s + al256(kMaxTickets * 4);
   float* xd = reinterpret_cast<float*>(xs + al256(a.n_tok * a.w.n_in * 2));
   float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xd) + al256(a.n_tok * (a.w.n_in / 32) * 4));
-  const Plan pl = plan(a, h16);
+  const Plan pl = plan(ms, h16);
+  const Parts ps = parts_of(ms);
   if (pl.h16)
-    launch_half(a, pl, reinterpret_cast<__half*>(xs), part, tickets, st);
+    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), part, tickets, st);
   else if (a.w.type == kQ8)
-    launch_typed<kQ8>(a, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
+    launch_typed<kQ8>(a, ps, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
   else
-    launch_typed<kMX>(a, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
+    launch_typed<kMX>(a, ps, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
 }
 
 }  // namespace brass::backend::cuda
