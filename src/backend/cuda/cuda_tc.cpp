@@ -83,7 +83,7 @@ bool TensorCores::qkv(const MatmulP (&m)[3]) {
   int64_t rows = 0;
   for (const MatmulP& p : m) {
     if (p.w.type != w0.type || p.w.n_in != n_in || p.w.ne1 != p.w.rows || p.x != m[0].x || p.n_tok != n_tok ||
-        p.w.rows % 4)
+        p.w.rows <= 0 || p.w.rows % 4)  // (the split kernel's 4-column accesses)
       return false;
     rows += p.w.rows;
   }
@@ -106,9 +106,7 @@ bool TensorCores::qkv(const MatmulP (&m)[3]) {
     sp.bias[j] = m[j].bias;
     sp.width[j] = m[j].w.rows;
   }
-  const bool ok = launch_split_cols3(y, n_tok, sp, st_);
-  (void)ok;  // (widths checked above)
-  return true;
+  return launch_split_cols3(y, n_tok, sp, st_);  // (true: the widths were checked above)
 }
 
 bool TensorCores::moe(const MoeP& a) {
