@@ -333,7 +333,8 @@ void sample_costs(model::Model& m) {
 // Aggregate tok/s counts the decode tokens only.
 void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n_prompt, int64_t n_steps) {
   const auto& c = m.config();
-  std::printf("%-12s %12s %12s %12s\n", "streams", "decode tok/s", "ms/step", "prefill tok/s");
+  std::printf("%-12s %12s %12s %12s %10s %10s %10s\n", "streams", "decode tok/s", "ms/step", "prefill tok/s",
+              "prep ms", "issue ms", "wait ms");
   int32_t base = 1000;
   for (int64_t n : streams) {
     std::vector<std::vector<int32_t>> prompts(n);
@@ -352,6 +353,7 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
     std::vector<int32_t> next(n);
     for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
     t0 = now();
+    m.reset_round_times();
     for (int64_t step = 0; step < n_steps; ++step) {
       for (int64_t i = 0; i < n; ++i)
         chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
@@ -360,8 +362,10 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
       for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
     }
     const double secs = now() - t0;
-    std::printf("%-12lld %12.0f %12.2f %12.0f\n", (long long)n, n * n_steps / secs, secs * 1e3 / n_steps,
-                n * n_prompt / t_pre);
+    const auto& rt = m.round_times();  // host split of a step (wait ~ the device's time)
+    std::printf("%-12lld %12.0f %12.2f %12.0f %10.3f %10.3f %10.3f\n", (long long)n, n * n_steps / secs,
+                secs * 1e3 / n_steps, n * n_prompt / t_pre, rt.prep_s * 1e3 / n_steps, rt.issue_s * 1e3 / n_steps,
+                rt.wait_s * 1e3 / n_steps);
     for (int64_t i = 0; i < n; ++i) (void)m.remove_sequence(base + static_cast<int32_t>(i));
     base += static_cast<int32_t>(n);
   }

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "core/timer.h"
 #include "gguf/reader.h"
 
 namespace brass::model {
@@ -207,6 +208,7 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
 Status Model::forward_round(std::span<const Step> steps) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
+  Timer timer;
   // Token rows: steps in order. Output rows: requested rows in the same order.
   std::vector<int32_t> tokens, positions, out_rows;
   std::vector<int64_t> tok0(steps.size());
@@ -232,6 +234,8 @@ Status Model::forward_round(std::span<const Step> steps) {
     for (size_t s = 0; s < steps.size(); ++s)
       seqs[il][s] = kv_.view(steps[s].seq_id, il, tok0[s], steps[s].pos0, static_cast<int64_t>(steps[s].tokens.size()));
 
+  times_.prep_s += timer.seconds();
+  timer.reset();
   if (steps.size() == 1 && n_tok == 1 && n_out == 1) {
     BRASS_TRY(run_decode_round(fwd_graphs_, steps[0].seq_id, seqs, /*greedy=*/false));
   } else if (n_tok >= 2 && n_tok == static_cast<int64_t>(steps.size()) && n_out == n_tok &&
@@ -241,6 +245,8 @@ Status Model::forward_round(std::span<const Step> steps) {
   } else {
     record_round(n_tok, n_out, seqs, /*direct=*/false, /*greedy=*/false);
   }
+  times_.issue_s += timer.seconds();
+  timer.reset();
   if (n_out > 0) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
     // Greedy rows: the argmax of every output row on the backend, only the ids come back.
@@ -284,6 +290,8 @@ Status Model::forward_round(std::span<const Step> steps) {
   }
   be.synchronize();
   for (const Step& s : steps) kv_.commit(s.seq_id, s.pos0 + static_cast<int64_t>(s.tokens.size()));
+  times_.wait_s += timer.seconds();
+  ++times_.rounds;
   return Status::ok();
 }
 

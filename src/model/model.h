@@ -105,6 +105,17 @@ class Model {
   // waits only once, at the end.
   Status decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out);
 
+  // Host wall time of forward()'s rounds, summed since the last reset (benchmarks read it
+  // to split a step into host work and waiting for the device): prep = validation, KV
+  // reservation, uploads and views; issue = recording / updating and launching the round;
+  // wait = picking tokens, downloads and the final synchronize (mostly the device's time).
+  struct RoundTimes {
+    double prep_s = 0, issue_s = 0, wait_s = 0;
+    int64_t rounds = 0;
+  };
+  const RoundTimes& round_times() const { return times_; }
+  void reset_round_times() { times_ = {}; }
+
  private:
   struct Step {  // one sub-chunk of one round
     int32_t seq_id;
@@ -158,6 +169,7 @@ class Model {
   std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
   std::map<int64_t, GraphSlot> batch_graphs_;  // by batch size
   uint64_t batch_uses_ = 0;
+  RoundTimes times_;
 };
 
 }  // namespace brass::model
