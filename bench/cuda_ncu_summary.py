@@ -16,7 +16,8 @@ for r in rows[1:]:
         per[r[idx]][r[mi]] = float(r[vi].replace(",", ""))
     except ValueError:
         continue
-    names[r[idx]] = r[ki].split("(")[0].split("<")[0].replace("brass::backend::cuda::", "")[:60]
+    names[r[idx]] = (r[ki].replace("(anonymous namespace)::", "").replace("brass::backend::cuda::", "")
+                      .replace("void ", "").split("(")[0].split("<")[0])[:60]
 agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
 for i, m in per.items():
     a = agg[names[i]]

@@ -549,13 +549,25 @@ int64_t attention_multi_scratch_floats(const AttentionP& a) {
   return need;
 }
 
+// Splits per sequence of a batched launch: the sequences already give n_seq * n_head_kv
+// blocks, so only enough splits for ~8 blocks per SM (never more than the capacity's).
+// Why: with the capacity's count (64 for an 8192-slot cache) a step of 64 short sequences
+// launched 64 * 8 * 64 blocks of which ~95% exit at once; the full layers' attention took
+// ~58 us per layer on the H200, more than q/k/v and wo together.
+static int multi_split_cap(int64_t n_seq, int64_t n_head_kv) {
+  const int64_t pairs = std::max<int64_t>(1, n_seq * n_head_kv);
+  return static_cast<int>(std::clamp<int64_t>((8 * sm_count() + pairs - 1) / pairs, 1, 64));
+}
+
 template <int D>
 static void attention_multi_d(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st) {
   std::vector<AttnParams> t(a.seqs.size());
   int max_splits = 1;
   int64_t off = 0;
+  const int cap = multi_split_cap(static_cast<int64_t>(a.seqs.size()), a.n_head_kv);
   for (size_t i = 0; i < a.seqs.size(); ++i) {
-    const AttnParams& p = t[i] = seq_attn_params(a, a.seqs[i], partial + off);
+    AttnParams& p = t[i] = seq_attn_params(a, a.seqs[i], partial + off);
+    p.n_splits = std::min(p.n_splits, cap);
     off += a.n_head * p.n_splits * (D + 2);
     max_splits = std::max(max_splits, p.n_splits);
   }

@@ -16,8 +16,10 @@
 // - Q8_0: words t and t + 4 of a block are A's k 4t.. and 16+4t..; activations stored in
 //   "MMA order" (q8_mma_pos: the two words a thread needs side by side) supply B as the 8
 //   bytes at 8t. One K step = one block (32 bytes of a row).
-// A warp loads 8 bytes per row and lane (a row's 32 bytes over a quad: full sectors); a
-// two-round quad shuffle (QuadXpose) hands every lane the two words it needs.
+// Each lane loads the two words it needs of a row (t and t + 4: bytes 4t and 16 + 4t), a
+// quad covering the row's 32 bytes in two 16-byte halves. (It loaded 8 contiguous bytes
+// and swapped words in a two-round quad shuffle: 2% slower at 32 streams on the H200, the
+// shuffles and selects competing with the MXFP4 decode for the integer pipe.)
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
@@ -52,29 +54,6 @@ __device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
 // (e / 4 + 4) of the natural order side by side.
 __device__ __forceinline__ int q8_mma_pos(int e) { return 8 * ((e & 15) >> 2) + 4 * (e >> 4) + (e & 3); }
 
-// The quad shuffle: lane t of a quad holds l = words 2t, 2t + 1 of a row's 32 bytes;
-// afterwards wa / wb = word t / word t + 4. Round r: every lane sends its element
-// r ^ (t / 2); lane t reads word t's owner (lane t / 2) in round t % 2 and word t + 4's
-// owner (lane 2 + t / 2) in the other round: each gets the element it needs. (MXFP4 pair:
-// word t + 4 is word t of the second block.)
-struct QuadXpose {
-  int src0, src1;
-  bool hi, odd;
-  __device__ explicit QuadXpose(int lane) {
-    const int t = lane & 3, q = lane & ~3, sa = q | (t >> 1), sb = q | (2 + (t >> 1));
-    odd = t & 1;
-    hi = t >> 1;
-    src0 = odd ? sb : sa;
-    src1 = odd ? sa : sb;
-  }
-  __device__ __forceinline__ void operator()(uint2 l, uint32_t& wa, uint32_t& wb) const {
-    const uint32_t v0 = __shfl_sync(0xffffffffu, hi ? l.y : l.x, src0);
-    const uint32_t v1 = __shfl_sync(0xffffffffu, hi ? l.x : l.y, src1);
-    wa = odd ? v1 : v0;
-    wb = odd ? v0 : v1;
-  }
-};
-
 // Token columns of one pass: tile j's B column g and C columns 2t, 2t + 1.
 template <int NT>
 struct Cols {
@@ -86,7 +65,7 @@ struct Cols {
 template <int TYPE, int NM, int NT>
 struct Stage {
   static constexpr int kBlk = TYPE == kMX ? 2 : 1;  // 32-element blocks per K step
-  uint2 wv[NM][4];
+  uint2 wv[NM][4];  // per row: (word t, word t + 4) of the K step's 32 bytes
   float ws[NM][4][kBlk];
   uint2 bv[NT][kBlk];
   float xs[NT][kBlk][2];
@@ -126,12 +105,11 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int nb = n / 32, steps = nb / kBlk;
   const int64_t rb = TYPE == kMX ? n / 2 : n;  // quant bytes per row
-  const QuadXpose xp(lane);
   const uint8_t* q[NM];
   const uint8_t* s[NM];
 #pragma unroll
   for (int m = 0; m < NM; ++m) {
-    q[m] = wq[m] + (r0 + g) * rb + 8 * t;
+    q[m] = wq[m] + (r0 + g) * rb + 4 * t;
     s[m] = wsc[m] + (r0 + g) * nb * (TYPE == kMX ? 1 : 2);
   }
   const int64_t rstride = 8 * rb, sstride = static_cast<int64_t>(8) * nb * (TYPE == kMX ? 1 : 2);
@@ -140,7 +118,8 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
     for (int m = 0; m < NM; ++m)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        st.wv[m][i] = __ldg(reinterpret_cast<const uint2*>(q[m] + i * rstride + 32 * p));
+        st.wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * rstride + 32 * p));
+        st.wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * rstride + 32 * p + 16));
         if constexpr (TYPE == kMX) {
           const uint32_t ex = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride + 2 * p));
           st.ws[m][i][0] = e8m0_half(static_cast<uint8_t>(ex));
@@ -164,7 +143,10 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
     for (int m = 0; m < NM; ++m) {
       uint32_t wa[4], wb[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xp(st.wv[m][i], wa[i], wb[i]);
+      for (int i = 0; i < 4; ++i) {
+        wa[i] = st.wv[m][i].x;
+        wb[i] = st.wv[m][i].y;
+      }
 #pragma unroll
       for (int blk = 0; blk < kBlk; ++blk)
 #pragma unroll
