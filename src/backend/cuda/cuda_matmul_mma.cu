@@ -59,7 +59,9 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(Part
   const int n = static_cast<int>(w.n_in);
   const int64_t r0 = m.r0;
   const int base = static_cast<int>(blockIdx.y) * 8 * NT;
-  const Cols<NT> cols = make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n);
+  // (MXFP4: launch_quantize_rows_mma left the negated twin after the n_tok rows)
+  const Cols<NT> cols =
+      make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n, TYPE == kMX ? static_cast<int64_t>(n_tok) * n : 0);
   const uint8_t* const wq[1] = {w.q};
   const uint8_t* const wsc[1] = {w.s};
   const int ksplit = static_cast<int>(gridDim.z), steps = k_steps<TYPE>(n);
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restr
                                                              float* xd) {
   const int64_t gi = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   pdl_wait();
-  if (gi < n_groups) quantize_group_mma<TYPE>(x, gi, xq, xd);
+  if (gi < n_groups) quantize_group_mma<TYPE>(x, gi, xq, xd, TYPE == kMX ? n_groups * 32 : 0);
   // Triggered at the end, not the start: with many small blocks (a 512-token prefill: 5,760)
   // dependents launched early would sit in their waits on SM slots these blocks still need.
   pdl_trigger();
@@ -299,7 +301,8 @@ bool matmul_mma_supported(const DevW& w) {
   return w.n_in % (w.type == kMX ? 64 : 32) == 0 && w.rows % kRows == 0 && w.ne1 == w.rows && w.n_in <= (1 << 20);
 }
 
-// Scratch: tickets (kMaxTickets unsigned) | xq (n_tok, n_in) int8 or xh (n_tok, n_in) f16
+// Scratch: tickets (kMaxTickets unsigned) | xq (2, n_tok, n_in) int8 (MXFP4: q and -q) or
+// xh (n_tok, n_in) f16
 // | xd (n_tok, n_in / 32) | the split partials (ksplit, tiles, NA, 32) f32.
 int64_t matmul_mma_scratch_bytes(std::span<const MatmulP> ms, bool h16) {
   const MatmulP& a = ms[0];

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
     const int32_t* __restrict__ perm, int k, int8_t* __restrict__ act_q, float* __restrict__ act_d, float alpha,
-    float limit) {
+    float limit, int64_t xneg, int64_t aneg) {
   constexpr int NA = 2 * 2 * NT * 4;
   __shared__ float red[(kKs - 1) * NA][kWarp];
   pdl_wait();
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   const uint8_t* const wq[2] = {gate.q, up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n);
+    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
     float acc[2][2][NT][4] = {};
     k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
@@ -77,7 +77,12 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int8_t* qrow = act_q + static_cast<int64_t>(off + pc) * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) qrow[mx_pos(c_row(g, i >> 1, 2 * (i & 1)))] = static_cast<int8_t>(roundf(h[i] * id));
+        for (int i = 0; i < 4; ++i) {
+          const int8_t q = static_cast<int8_t>(roundf(h[i] * id));
+          const int at = mx_pos(c_row(g, i >> 1, 2 * (i & 1)));
+          qrow[at] = q;
+          qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the down loop's N part reads
+        }
         if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
       }
   }
@@ -90,7 +95,8 @@ template <int NT, int MINB>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
-                                                                  const int32_t* __restrict__ offsets, float* o) {
+                                                                  const int32_t* __restrict__ offsets, float* o,
+                                                                  int64_t aneg) {
   constexpr int NA = 2 * NT * 4;
   __shared__ float red[(kKs - 1) * NA][kWarp];
   pdl_wait();
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   const uint8_t* const wq[1] = {down.q};
   const uint8_t* const wsc[1] = {down.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n);
+    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
     float acc[1][2][NT][4] = {};
     k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
@@ -117,25 +123,25 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
 
 // Scratch areas of one call (carved from one buffer by launch_moe_mma).
 struct MoeMmaBufs {
-  int8_t* xq;     // (n_tok, n_embd) quantized tokens, MXFP4 order
+  int8_t* xq;     // (2, n_tok, n_embd) quantized tokens, MXFP4 order, then their negation
   float* xd;      // (n_tok, n_embd / 32)
-  int8_t* act_q;  // (n_slots, n_ff) SwiGLU output by sorted position, MXFP4 order
+  int8_t* act_q;  // (2, n_slots, n_ff) SwiGLU output by sorted position, MXFP4 order; negated
   float* act_d;   // (n_slots, n_ff / 32)
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
 template <int NT, int MINB = 1>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
-  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1;
+  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
   launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
-             b.act_q, b.act_d, a.alpha, a.limit);
+             b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
   launch_pdl(moe_down_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
-             static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o);
+             static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -152,8 +158,8 @@ bool moe_mma_supported(const MoeP& a) {
 int64_t moe_mma_scratch_bytes(const MoeP& a) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
   auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
-  return al(a.n_tok * n_embd) + al(a.n_tok * (n_embd / 32) * 4) + al((2 * (n_expert + 1) + 3 * n_slots) * 4) +
-         al(n_slots * n_ff) + al(n_slots * (n_ff / 32) * 4) + al(n_slots * n_embd * 4);
+  return al(2 * a.n_tok * n_embd) + al(a.n_tok * (n_embd / 32) * 4) + al((2 * (n_expert + 1) + 3 * n_slots) * 4) +
+         al(2 * n_slots * n_ff) + al(n_slots * (n_ff / 32) * 4) + al(n_slots * n_embd * 4);
 }
 
 void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
@@ -163,7 +169,7 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   uint8_t* p = static_cast<uint8_t*>(scratch);
   MoeMmaBufs b;
   b.xq = reinterpret_cast<int8_t*>(p);
-  p += al(a.n_tok * n_embd);
+  p += al(2 * a.n_tok * n_embd);
   b.xd = reinterpret_cast<float*>(p);
   p += al(a.n_tok * (n_embd / 32) * 4);
   int32_t* gi = reinterpret_cast<int32_t*>(p);
@@ -171,7 +177,7 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   MoeGroupBufs grp{gi, gi + n_expert + 1, gi + 2 * (n_expert + 1), gi + 2 * (n_expert + 1) + n_slots,
                    gi + 2 * (n_expert + 1) + 2 * n_slots};
   b.act_q = reinterpret_cast<int8_t*>(p);
-  p += al(n_slots * n_ff);
+  p += al(2 * n_slots * n_ff);
   b.act_d = reinterpret_cast<float*>(p);
   p += al(n_slots * (n_ff / 32) * 4);
   b.o = reinterpret_cast<float*>(p);
