@@ -11,6 +11,7 @@
 // a combine kernel merges the splits with the sink logit (max and denominator only).
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -554,9 +555,14 @@ int64_t attention_multi_scratch_floats(const AttentionP& a) {
 // Why: with the capacity's count (64 for an 8192-slot cache) a step of 64 short sequences
 // launched 64 * 8 * 64 blocks of which ~95% exit at once; the full layers' attention took
 // ~58 us per layer on the H200, more than q/k/v and wo together.
+// (BRASS_CUDA_ATTN_BLOCKS_PER_SM overrides the 8: measurement knob.)
 static int multi_split_cap(int64_t n_seq, int64_t n_head_kv) {
+  static const int per_sm = [] {
+    const char* v = std::getenv("BRASS_CUDA_ATTN_BLOCKS_PER_SM");
+    return v && std::atoi(v) > 0 ? std::atoi(v) : 8;
+  }();
   const int64_t pairs = std::max<int64_t>(1, n_seq * n_head_kv);
-  return static_cast<int>(std::clamp<int64_t>((8 * sm_count() + pairs - 1) / pairs, 1, 64));
+  return static_cast<int>(std::clamp<int64_t>((per_sm * sm_count() + pairs - 1) / pairs, 1, 64));
 }
 
 template <int D>

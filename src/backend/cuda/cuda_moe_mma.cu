@@ -194,7 +194,18 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
     const char* v = std::getenv("BRASS_CUDA_MOE_MINB");
     return !(v && std::atoi(v) == 1);
   }();
-  if (avg <= 4 && capped)
+  // BRASS_CUDA_MOE_NT=1|2|4 forces the token tiles per pass (measurement knob).
+  static const int force_nt = [] {
+    const char* v = std::getenv("BRASS_CUDA_MOE_NT");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (force_nt == 1)
+    launch_typed<1, 4>(a, b, grp, static_cast<int>(n_expert), st);
+  else if (force_nt == 2)
+    launch_typed<2, 4>(a, b, grp, static_cast<int>(n_expert), st);
+  else if (force_nt == 4)
+    launch_typed<4>(a, b, grp, static_cast<int>(n_expert), st);
+  else if (avg <= 4 && capped)
     launch_typed<1, 4>(a, b, grp, static_cast<int>(n_expert), st);
   else if (avg <= 10 && capped)
     launch_typed<2, 4>(a, b, grp, static_cast<int>(n_expert), st);
