@@ -40,8 +40,11 @@ struct Parts {
   }
 };
 
-// grid (rows / 32, ceil(n_tok / (8 NT)), ksplit): block (x, y, z) computes rows [32 x,
-// 32 x + 32) for tokens [8 NT y, 8 NT (y + 1)) over the z-th of ksplit ranges of K steps.
+// grid (ceil(n_tok / (8 NT)), rows / 32, ksplit): block (x, y, z) computes rows [32 y,
+// 32 y + 32) for tokens [8 NT x, 8 NT (x + 1)) over the z-th of ksplit ranges of K steps.
+// The token tiles of a row tile are neighbours in launch order, so when a call takes two
+// passes (64 tokens, 32 per pass) the second reads the rows from L2: for the 615 MB output
+// head the passes were whole sweeps of the matrix, each from DRAM.
 // Why split K across blocks: a 2880- or 4096-row projection has only 90 / 128 row tiles,
 // a few warps per SM, each walking its K range with dependent loads (latency-bound). The
 // split's partials are combined by the tile's last block (finish_split_tile).
@@ -54,11 +57,11 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(Part
   __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
-  const Parts::One m = ps.at(static_cast<int>(blockIdx.x));
+  const Parts::One m = ps.at(static_cast<int>(blockIdx.y));
   const DevW& w = m.w;
   const int n = static_cast<int>(w.n_in);
   const int64_t r0 = m.r0;
-  const int base = static_cast<int>(blockIdx.y) * 8 * NT;
+  const int base = static_cast<int>(blockIdx.x) * 8 * NT;
   // (MXFP4: launch_quantize_rows_mma left the negated twin after the n_tok rows)
   const Cols<NT> cols =
       make_cols<NT>(base, n_tok, [](int i) { return i; }, xq, xd, n, TYPE == kMX ? static_cast<int64_t>(n_tok) * n : 0);
@@ -115,12 +118,12 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts 
   __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
-  const Parts::One m = ps.at(static_cast<int>(blockIdx.x));
+  const Parts::One m = ps.at(static_cast<int>(blockIdx.y));
   const DevW& w = m.w;
   const int n = static_cast<int>(w.n_in), nb = n / 32;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = m.r0;
-  const int base = static_cast<int>(blockIdx.y) * 8 * NT;
+  const int base = static_cast<int>(blockIdx.x) * 8 * NT;
   const int ksplit = static_cast<int>(gridDim.z);
   const int p0 = static_cast<int>(blockIdx.z) * nb / ksplit, p1 = (static_cast<int>(blockIdx.z) + 1) * nb / ksplit;
   const uint8_t* q = w.q + (r0 + g) * n + 8 * t;                                 // row r0 + g + 8 i: + 8 i n
@@ -241,7 +244,7 @@ Parts parts_of(std::span<const MatmulP> ms) {
 template <int TYPE, int NT>
 void launch_nt(const Parts& ps, int64_t n_tok, const Plan& pl, const int8_t* xq, const float* xd, float* part,
                unsigned* tickets, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
+  const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.ksplit));
   launch_pdl(matmul_mma_kernel<TYPE, NT>, grid, dim3(ks_dense<NT>() * kWarp), 0, st, ps, xq, xd,
              static_cast<int>(n_tok), part, tickets);
   BRASS_CUDA_LAUNCHED();
@@ -250,7 +253,7 @@ void launch_nt(const Parts& ps, int64_t n_tok, const Plan& pl, const int8_t* xq,
 template <int NT>
 void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, float* part, unsigned* tickets,
                 cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.ksplit));
+  const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>(pl.gx), static_cast<unsigned>(pl.ksplit));
   launch_pdl(matmul_h16_kernel<NT>, grid, dim3(ks_h16<NT>() * kWarp), 0, st, ps, xh, static_cast<int>(n_tok), part,
              tickets);
   BRASS_CUDA_LAUNCHED();
@@ -298,7 +301,8 @@ void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t 
 
 bool matmul_mma_supported(const DevW& w) {
   if (w.type != kQ8 && w.type != kMX) return false;
-  return w.n_in % (w.type == kMX ? 64 : 32) == 0 && w.rows % kRows == 0 && w.ne1 == w.rows && w.n_in <= (1 << 20);
+  return w.n_in % (w.type == kMX ? 64 : 32) == 0 && w.rows % kRows == 0 && w.ne1 == w.rows && w.n_in <= (1 << 20) &&
+         w.rows / kRows <= 65535 / 3;  // row tiles go in grid y (a fused call stacks up to three matrices)
 }
 
 // Scratch: tickets (kMaxTickets unsigned) | xq (2, n_tok, n_in) int8 (MXFP4: q and -q) or
