@@ -130,7 +130,7 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT, int MINB = 1>
+template <int NT, int MINB = 1, int MINB_DOWN = MINB>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
   launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
@@ -139,7 +139,7 @@ void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, i
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB_DOWN>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
@@ -188,33 +188,41 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   const int64_t avg = (n_slots + n_expert - 1) / n_expert;
   // Up to 16 tokens per pass, the kernels are capped at 128 registers (4 blocks of 4 warps
   // per SM; uncapped the gate/up kernel takes 167 and 3 blocks fit): MoE per layer at 64
-  // tokens 0.284 -> 0.252 ms on the H200 despite a 16-byte spill. BRASS_CUDA_MOE_MINB=1
-  // turns the cap off (measurement knob).
-  static const bool capped = [] {
+  // tokens 0.284 -> 0.252 ms on the H200 despite a 16-byte spill. Measurement knobs:
+  // BRASS_CUDA_MOE_MINB=1|4|6|8 (blocks per SM the one-tile kernels are built for; 1 =
+  // uncapped), BRASS_CUDA_MOE_NT=1|2|4 (token tiles per pass).
+  static const int minb = [] {
     const char* v = std::getenv("BRASS_CUDA_MOE_MINB");
-    return !(v && std::atoi(v) == 1);
+    return v ? std::atoi(v) : 4;
   }();
-  // BRASS_CUDA_MOE_NT=1|2|4 forces the token tiles per pass (measurement knob).
   static const int force_nt = [] {
     const char* v = std::getenv("BRASS_CUDA_MOE_NT");
     return v ? std::atoi(v) : 0;
   }();
-  if (force_nt == 1)
-    launch_typed<1, 4>(a, b, grp, static_cast<int>(n_expert), st);
-  else if (force_nt == 2)
-    launch_typed<2, 4>(a, b, grp, static_cast<int>(n_expert), st);
-  else if (force_nt == 4)
-    launch_typed<4>(a, b, grp, static_cast<int>(n_expert), st);
+  const int e = static_cast<int>(n_expert);
   // (One tile up to 10 tokens per expert: at 64 streams, ~8 per expert, NT 1 / 2 gave
   // 6,166 / 6,019 tok/s on the H200 once the MXFP4 decode went to two parts: the second
   // tile's registers cost more than the second pass of an expert with more than 8 tokens,
   // whose rows then come mostly from L2.)
-  else if (avg <= 10 && capped)
-    launch_typed<1, 4>(a, b, grp, static_cast<int>(n_expert), st);
-  else if (avg <= 10)
-    launch_typed<1>(a, b, grp, static_cast<int>(n_expert), st);
+  const int nt = force_nt ? force_nt : avg <= 10 ? 1 : 4;
+  if (nt == 2)
+    launch_typed<2, 4>(a, b, grp, e, st);
+  else if (nt == 4)
+    launch_typed<4>(a, b, grp, e, st);
+  else if (minb == 1)
+    launch_typed<1>(a, b, grp, e, st);
+  else if (minb == 6)
+    launch_typed<1, 6>(a, b, grp, e, st);
+  else if (minb == 8)
+    launch_typed<1, 8>(a, b, grp, e, st);
+  else if (minb == 46)  // gate/up for 4 blocks per SM, down for 6
+    launch_typed<1, 4, 6>(a, b, grp, e, st);
+  else if (minb == 48)
+    launch_typed<1, 4, 8>(a, b, grp, e, st);
+  else if (minb == 58)
+    launch_typed<1, 5, 8>(a, b, grp, e, st);
   else
-    launch_typed<4>(a, b, grp, static_cast<int>(n_expert), st);
+    launch_typed<1, 4>(a, b, grp, e, st);
   launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st);
 }
 
