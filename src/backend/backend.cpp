@@ -2,9 +2,21 @@
 // basic ops. They are the CPU twins of the fused CUDA kernels: any backend that does
 // not override an op gets exactly this composition.
 #include "backend/backend.h"
+
+#include <unistd.h>
+
 #include "backend/sampling.h"
 
 namespace brass::backend {
+
+MemoryInfo host_memory_info() {
+  const long page = sysconf(_SC_PAGESIZE);
+  const long avail = sysconf(_SC_AVPHYS_PAGES), phys = sysconf(_SC_PHYS_PAGES);
+  MemoryInfo m;
+  if (page > 0 && avail > 0) m.free_bytes = static_cast<int64_t>(avail) * page;
+  if (page > 0 && phys > 0) m.total_bytes = static_cast<int64_t>(phys) * page;
+  return m;
+}
 
 void Backend::add_rms_norm(const AddRmsNormArgs& a) {
   add({.y = a.y, .x = a.x, .n = a.n_rows * a.n});

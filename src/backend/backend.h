@@ -100,10 +100,17 @@ struct RopeArgs {
 
 // One sequence's slice of a batch plus its KV storage for ONE layer.
 // Token rows [tok0, tok0 + n_tok) of q/k/v/out belong to it; they sit at positions
-// pos0 .. pos0 + n_tok - 1 (contiguous). Storage k/v: (capacity, n_head_kv, head_dim)
-// of the cache type. Position p lives in slot p (linear, p < capacity) or, for a ring,
-// slot p % capacity; a ring must hold every key any query of the chunk needs
-// (capacity >= window + n_tok - 1).
+// pos0 .. pos0 + n_tok - 1 (contiguous). Storage k/v: rows of (n_head_kv, head_dim)
+// elements of the cache type; position p lives in row kv_storage_row(seq, p):
+// - paged (block_size > 0): k/v are the layer's block pool (n_blocks, block_size,
+//   n_head_kv, head_dim) shared by every sequence, and `blocks` the sequence's block
+//   table: position p is row p % block_size of block blocks[p / block_size]. `blocks`
+//   is backend memory (device memory for device backends); block_size is a power of two;
+// - ring (block_size 0, ring): slot p % capacity; a ring must hold every key any query
+//   of the chunk needs (capacity >= window + n_tok - 1);
+// - linear (block_size 0, !ring): slot p, p < capacity.
+// capacity is the most positions the sequence may hold (paged: its logical limit, not
+// storage); device kernels size per-sequence work by it.
 struct AttnSeq {
   int64_t tok0 = 0;
   int64_t n_tok = 0;
@@ -112,7 +119,16 @@ struct AttnSeq {
   void* v = nullptr;
   int32_t capacity = 0;
   bool ring = false;
+  const int32_t* blocks = nullptr;  // (capacity / block_size, rounded up) block ids, paged only
+  int32_t block_size = 0;           // positions per block; 0: not paged
 };
+
+// The storage row of position pos (host side of the rule above; host backends only:
+// it reads the block table).
+inline int64_t kv_storage_row(const AttnSeq& s, int64_t pos) {
+  if (s.block_size > 0) return static_cast<int64_t>(s.blocks[pos / s.block_size]) * s.block_size + pos % s.block_size;
+  return s.ring ? pos % s.capacity : pos;
+}
 
 // Store the chunk's K and V rows into each sequence's cache slots (converting to kv_type).
 struct KvStoreArgs {
@@ -271,6 +287,14 @@ class Graph {
   virtual Status update(const std::function<void()>& record);
 };
 
+// Free and total bytes of a memory (0: unknown).
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+// The host's available and physical memory.
+MemoryInfo host_memory_info();
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -285,6 +309,9 @@ class Backend {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   // Wait until every op issued so far has finished (CPU ops are synchronous).
   virtual void synchronize() {}
+  // Memory the backend's alloc() draws from (device memory for device backends;
+  // default: host_memory_info()).
+  virtual MemoryInfo memory_info() const { return host_memory_info(); }
 
   virtual void embed(const EmbedArgs& a) = 0;
   virtual void rms_norm(const RmsNormArgs& a) = 0;

@@ -53,6 +53,8 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<gguf::Reader> reader,
   kvo.n_ctx_max = o.n_ctx > 0 ? std::min(o.n_ctx, m->cfg_.n_ctx_train) : m->cfg_.n_ctx_train;
   kvo.max_chunk_tokens = o.max_chunk_tokens;
   kvo.device = m->be_->host_memory() ? nullptr : m->be_.get();
+  kvo.pool_tokens = o.kv_tokens;
+  kvo.block_size = o.kv_block_size;
   BRASS_ASSIGN_OR_RETURN(m->kv_, KvCache::create(m->cfg_, kvo));
   const int64_t half = m->cfg_.head_dim / 2;
   BRASS_ASSIGN_OR_RETURN(m->inv_freq_, m->be_->alloc(half * sizeof(float)));
@@ -140,7 +142,7 @@ Status Model::ensure_scratch(int64_t n_tok, int64_t n_out) {
 Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
   // Validate everything before touching any state.
   std::set<int32_t> seen;
-  int64_t total_rows = 0;
+  int64_t total_rows = 0, blocks = 0;
   out.n_vocab = cfg_.n_vocab;
   out.row0.assign(batch.size(), 0);
   out.n_rows.assign(batch.size(), 0);
@@ -162,10 +164,14 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
         return Status::errorf("forward: sequence {}: token {} at index {} is outside the vocabulary [0, {})",
                               ch.seq_id, ch.tokens[i], i, cfg_.n_vocab);
     }
+    blocks += kv_.blocks_to_grow(ch.seq_id, len + static_cast<int64_t>(ch.tokens.size()));
     out.row0[c] = total_rows;
     out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : (ch.greedy || ch.sample) ? 0 : 1;
     total_rows += out.n_rows[c];
   }
+  if (blocks > kv_.free_blocks())
+    return Status::errorf("forward: the batch needs {} more KV blocks of {} positions but the pool has {} free (of {})",
+                          blocks, kv_.block_size(), kv_.free_blocks(), kv_.pool_blocks());
   out.logits.assign(total_rows * cfg_.n_vocab, 0.0f);
 
   // Rounds of at most max_chunk_tokens tokens per sequence.
@@ -413,6 +419,10 @@ Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std:
   if (len + n_steps > kv_.capacity(seq_id))
     return Status::errorf("decode_greedy: sequence {}: {} + {} tokens exceed its context of {}", seq_id, len, n_steps,
                           kv_.capacity(seq_id));
+  if (const int64_t need = kv_.blocks_to_grow(seq_id, len + n_steps); need > kv_.free_blocks())
+    return Status::errorf("decode_greedy: sequence {}: {} + {} tokens need {} more KV blocks of {} positions but the "
+                          "pool has {} free (of {})",
+                          seq_id, len, n_steps, need, kv_.block_size(), kv_.free_blocks(), kv_.pool_blocks());
   BRASS_TRY(ensure_scratch(1, 1));
   if (!history_) {
     BRASS_ASSIGN_OR_RETURN(history_, be_->alloc((kv_.n_ctx_max() + 1) * sizeof(int32_t)));

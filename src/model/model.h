@@ -34,6 +34,10 @@ struct ModelOptions {
   int64_t max_chunk_tokens = 512;  // tokens per sequence per internal forward round
   bool yarn_rounded = false;       // llama.cpp's floor/ceil YaRN range (see rope.h)
   bool use_graphs = true;          // capture decode steps (single and batched; backends that can)
+  // Full-attention layers' KV block pool (kv_cache.h): positions it holds across all
+  // sequences (0: automatic, KvCacheOptions::pool_tokens) and positions per block.
+  int64_t kv_tokens = 0;
+  int64_t kv_block_size = 64;
 };
 
 // `tokens` sit at positions pos0 .. pos0 + size - 1; pos0 must equal the sequence's
@@ -95,7 +99,8 @@ class Model {
   Result<int64_t> sequence_length(int32_t seq_id) const { return kv_.length(seq_id); }
 
   // Run the batch. Invalid input (unknown sequence, wrong pos0, bad token id, context
-  // overflow) is reported before anything is computed or any sequence changes.
+  // overflow, more new KV blocks than the pool has free) is reported before anything is
+  // computed or any sequence changes.
   Status forward(std::span<const SeqChunk> batch, ForwardOutput& out);
 
   // Greedy decoding of one sequence: feeds `token` at the sequence's current position,

@@ -25,6 +25,7 @@
 #include "gguf/reader.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "fake_device.h"
 #include "tiny_model.h"
 
 namespace brass::model {
@@ -34,56 +35,7 @@ using brass::testing::make_tiny;
 using brass::testing::TempFile;
 using brass::testing::TinySpec;
 
-struct HostBuffer final : backend::Buffer {
-  std::vector<uint8_t> bytes;
-  explicit HostBuffer(size_t n) : bytes(n) {}
-  void* data() override { return bytes.data(); }
-  size_t size() const override { return bytes.size(); }
-};
-
-// A "device" whose memory happens to be host memory; counts the copies through it.
-class FakeDevice final : public backend::Backend {
- public:
-  explicit FakeDevice(std::unique_ptr<backend::Backend> inner = nullptr) : in_(std::move(inner)) {}
-  int64_t uploads = 0, downloads = 0;
-
-  std::string name() const override { return "fake-device"; }
-  bool host_memory() const override { return false; }
-  bool supports_weight_type(DType t) const override { return in_ && in_->supports_weight_type(t); }
-  Result<std::unique_ptr<backend::Buffer>> alloc(size_t n) override {
-    return std::unique_ptr<backend::Buffer>(new HostBuffer(n));
-  }
-  void upload(void* dst, const void* src, size_t n) override {
-    ++uploads;
-    std::memcpy(dst, src, n);
-  }
-  void download(void* dst, const void* src, size_t n) override {
-    ++downloads;
-    std::memcpy(dst, src, n);
-  }
-#define FWD(op, Args)                                   \
-  void op(const backend::Args& a) override {            \
-    if (in_) in_->op(a);                                \
-    else ADD_FAILURE() << "FakeDevice: " #op " called"; \
-  }
-  FWD(embed, EmbedArgs)
-  FWD(rms_norm, RmsNormArgs)
-  FWD(matmul, MatmulArgs)
-  FWD(rope, RopeArgs)
-  FWD(kv_store, KvStoreArgs)
-  FWD(attention, AttentionArgs)
-  FWD(router, RouterArgs)
-  FWD(moe, MoeArgs)
-  FWD(add, AddArgs)
-  FWD(gather_rows, GatherRowsArgs)
-  FWD(add_rms_norm, AddRmsNormArgs)
-  FWD(attn_qkv, AttnQkvArgs)
-  FWD(argmax, ArgmaxArgs)
-#undef FWD
-
- private:
-  std::unique_ptr<backend::Backend> in_;
-};
+using brass::testing::FakeDevice;
 
 // ---- the KvCache alone against a slot simulation ----
 
@@ -119,6 +71,8 @@ TEST(KvCacheWindow, RandomOpsAgreeWithASlotSimulation) {
     o.n_ctx_max = 400;
     o.max_chunk_tokens = uni(1, 6);
     o.max_window_snapshots = static_cast<int32_t>(uni(0, 3));
+    o.block_size = int64_t{1} << uni(0, 5);
+    o.pool_tokens = o.n_ctx_max;
     FakeDevice dev;
     if (device) o.device = &dev;
     auto kvr = KvCache::create(c, o);
@@ -126,6 +80,7 @@ TEST(KvCacheWindow, RandomOpsAgreeWithASlotSimulation) {
     KvCache kv = std::move(kvr).value();
     SCOPED_TRACE(::testing::Message() << "trial " << trial << " n_layer " << c.n_layer << " n_swa " << c.n_swa
                                       << " chunk " << o.max_chunk_tokens << " snaps " << o.max_window_snapshots
+                                      << " block " << o.block_size
                                       << (device ? " device" : " host"));
     const int64_t cap = kv.ring_capacity();
     ASSERT_EQ(cap, c.n_swa + o.max_chunk_tokens - 1);
@@ -138,7 +93,8 @@ TEST(KvCacheWindow, RandomOpsAgreeWithASlotSimulation) {
     auto storage = [&](int64_t il, int kv_i, int64_t pos) {
       backend::AttnSeq a = kv.view(5, il, 0, 0, 1);
       EXPECT_EQ(a.ring, c.is_swa_layer(il));
-      const int64_t slot = a.ring ? pos % a.capacity : pos;
+      EXPECT_EQ(a.block_size, a.ring ? 0 : o.block_size);
+      const int64_t slot = backend::kv_storage_row(a, pos);  // (paged full layers: FakeDevice tables are host-readable)
       return static_cast<uint8_t*>(kv_i == 0 ? a.k : a.v) + slot * row;
     };
     // The independent rule: every position [max(0, n - n_swa + 1), n) is in its slot
@@ -207,10 +163,13 @@ TEST(KvCacheWindow, RandomOpsAgreeWithASlotSimulation) {
         ASSERT_EQ(kv.snapshot_lengths(5), want);
         // bytes(): storage + every snapshot's window.
         int64_t b = 0;
-        for (int64_t il = 0; il < c.n_layer; ++il) b += 2 * row * (c.is_swa_layer(il) ? cap : o.n_ctx_max);
+        // Full layers: whole blocks covering [0, len).
+        const int64_t blocks = (len + o.block_size - 1) / o.block_size;
+        for (int64_t il = 0; il < c.n_layer; ++il) b += 2 * row * (c.is_swa_layer(il) ? cap : blocks * o.block_size);
         for (auto& s : sim.snaps)
           b += c.n_swa_layers() * 2 * row * (s.first - std::max<int64_t>(0, s.first - c.n_swa + 1));
-        if (device) ASSERT_EQ(kv.bytes(5).value(), b);
+        ASSERT_EQ(kv.bytes(5).value(), b);
+        ASSERT_EQ(kv.free_blocks(), kv.pool_blocks() - blocks);
       } else {  // cut: a random n, or a snapshot length
         int64_t n = uni(0, len);
         if (!sim.snaps.empty() && uni(0, 1)) n = sim.snaps[uni(0, sim.snaps.size() - 1)].first;

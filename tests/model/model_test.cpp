@@ -368,12 +368,15 @@ TEST(KvCache, RingSlotsAndGrowth) {
   const int64_t row = 2 * 16 * 2;  // kv heads * head_dim * f16
   EXPECT_EQ(kv->bytes(3).value(), 2 * 2 * 12 * row);
   ASSERT_TRUE(kv->reserve(3, 0, 5).is_ok());
-  EXPECT_EQ(kv->bytes(3).value(), 2 * 2 * 12 * row + 2 * 2 * 256 * row);  // full layers: 256 slots minimum
+  EXPECT_EQ(kv->bytes(3).value(), 2 * 2 * 12 * row + 2 * 2 * 64 * row);  // full layers: one 64-position block
   backend::AttnSeq s0 = kv->view(3, 0, 0, 0, 5), s1 = kv->view(3, 1, 0, 0, 5);
   EXPECT_TRUE(s0.ring);
   EXPECT_EQ(s0.capacity, 12);
+  EXPECT_EQ(s0.block_size, 0);
   EXPECT_FALSE(s1.ring);
-  EXPECT_EQ(s1.capacity, 256);
+  EXPECT_EQ(s1.capacity, 131072);  // the sequence's logical limit (n_ctx_max)
+  EXPECT_EQ(s1.block_size, 64);
+  ASSERT_NE(s1.blocks, nullptr);
   kv->commit(3, 5);
   EXPECT_FALSE(kv->reserve(3, 4, 1).is_ok());  // must start at length 5
   EXPECT_FALSE(kv->reserve(3, 5, 6).is_ok());  // chunk larger than max_chunk_tokens

@@ -237,7 +237,7 @@ class CpuBackend final : public Backend {
     for (const AttnSeq& s : a.seqs) {
       pool_.parallel_for(s.n_tok, [&](int64_t i, int) {
         const int64_t pos = s.pos0 + i;
-        const int64_t slot = s.ring ? pos % s.capacity : pos;
+        const int64_t slot = kv_storage_row(s, pos);
         const float* k = a.k + (s.tok0 + i) * row;
         const float* v = a.v + (s.tok0 + i) * row;
         if (a.kv_type == DType::F16) {
@@ -273,7 +273,7 @@ class CpuBackend final : public Backend {
         float* vf = kf + d;
         for (int64_t j = 0; j < n_keys; ++j) {
           const int64_t pos = lo + j;
-          const int64_t slot = s.ring ? pos % s.capacity : pos;
+          const int64_t slot = kv_storage_row(s, pos);
           const float* kr = load_row(a.kv_type, s.k, slot * kv_row + g * d, d, kf);
           for (int64_t r = 0; r < n_rep; ++r) {
             const float* q = a.q + (t * a.n_head + g * n_rep + r) * d;
@@ -297,7 +297,7 @@ class CpuBackend final : public Backend {
         std::fill(outs, outs + n_rep * d, 0.0f);
         for (int64_t j = 0; j < n_keys; ++j) {
           const int64_t pos = lo + j;
-          const int64_t slot = s.ring ? pos % s.capacity : pos;
+          const int64_t slot = kv_storage_row(s, pos);
           const float* vr = load_row(a.kv_type, s.v, slot * kv_row + g * d, d, vf);
           for (int64_t r = 0; r < n_rep; ++r) {
             const float w = scores[r * n_keys + j];
