@@ -68,7 +68,7 @@ template <int TYPE, int NM, int NT>
 struct Stage {
   static constexpr int kBlk = TYPE == kMX ? 2 : 1;  // 32-element blocks per K step
   uint2 wv[NM][4];  // per row: (word t, word t + 4) of the K step's 32 bytes
-  float ws[NM][4][kBlk];
+  uint32_t ex[NM][4];  // per row: the scale bits as loaded (MXFP4: two E8M0 bytes; Q8_0: f16)
   uint2 bv[NT][kBlk];
   uint2 bn[TYPE == kMX ? NT : 1][kBlk];  // MXFP4: the negated activations
   float xs[NT][kBlk][2];
@@ -108,7 +108,8 @@ __device__ __forceinline__ void scale_acc(float (&acc)[4], const int (&c)[4], fl
 // wsc[m]; same row indices), K steps p = p0 + warp, p0 + warp + KS, ... < p1 (a K step:
 // 32 elements for Q8_0, 64 for MXFP4); acc[m][mt][j][c] accumulates C fragment c of
 // m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.
-template <int TYPE, int NM, int NT, int KS = kKs>
+// PF: load each step's weights one step ahead (more bytes in flight per warp, more registers).
+template <int TYPE, int NM, int NT, int KS = kKs, bool PF = false>
 __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                        int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4], int p0 = 0,
                                        int p1 = 1 << 30) {
@@ -126,21 +127,22 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
     s[m] = wsc[m] + (r0 + g) * nb * (TYPE == kMX ? 1 : 2);
   }
   const int64_t rstride = 8 * rb, sstride = static_cast<int64_t>(8) * nb * (TYPE == kMX ? 1 : 2);
-  auto load = [&](int p, St& st) {
+  // Weights (and their raw scale bits: converted in compute, so a prefetched stage does not
+  // wait for its loads here) and the activations of K step p.
+  auto load_w = [&](int p, St& st) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         st.wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * rstride + 32 * p));
         st.wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * rstride + 32 * p + 16));
-        if constexpr (TYPE == kMX) {
-          const uint32_t ex = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride + 2 * p));
-          st.ws[m][i][0] = e8m0_half(static_cast<uint8_t>(ex));
-          st.ws[m][i][kBlk - 1] = e8m0_half(static_cast<uint8_t>(ex >> 8));
-        } else {
-          st.ws[m][i][0] = __half2float(__ldg(reinterpret_cast<const __half*>(s[m] + i * sstride) + p));
-        }
+        if constexpr (TYPE == kMX)
+          st.ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride + 2 * p));
+        else
+          st.ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * sstride) + p);
       }
+  };
+  auto load_x = [&](int p, St& st) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -158,16 +160,23 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
       uint32_t wa[4], wb[4];
+      float ws[4][kBlk];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         wa[i] = st.wv[m][i].x;
         wb[i] = st.wv[m][i].y;
+        if constexpr (TYPE == kMX) {
+          ws[i][0] = e8m0_half(static_cast<uint8_t>(st.ex[m][i]));
+          ws[i][kBlk - 1] = e8m0_half(static_cast<uint8_t>(st.ex[m][i] >> 8));
+        } else {
+          ws[i][0] = __half2float(__ushort_as_half(static_cast<unsigned short>(st.ex[m][i])));
+        }
       }
 #pragma unroll
       for (int blk = 0; blk < kBlk; ++blk)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          const float ws0 = st.ws[m][2 * mt][blk], ws1 = st.ws[m][2 * mt + 1][blk];
+          const float ws0 = ws[2 * mt][blk], ws1 = ws[2 * mt + 1][blk];
           if constexpr (TYPE == kMX) {
             const uint32_t lo = blk ? wb[2 * mt] : wa[2 * mt], hi = blk ? wb[2 * mt + 1] : wa[2 * mt + 1];
             const uint32_t nlo = ~lo, nhi = ~hi;
@@ -201,11 +210,31 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   // loop is bound by its instructions per weight byte (the per-block int32 -> f32 scaling
   // of every C fragment, the MXFP4 decode), not by bytes in flight.)
   const int pe = min(p1, steps);
+  if constexpr (PF) {
+    // Weights one K step ahead, two stages in turn (no register copies between them).
+    St sa, sb;
+    int p = p0 + warp;
+    if (p < pe) load_w(p, sa);
 #pragma unroll 1
-  for (int p = p0 + warp; p < pe; p += KS) {
-    St st;
-    load(p, st);
-    compute(st);
+    while (p < pe) {
+      load_x(p, sa);
+      if (p + KS < pe) load_w(p + KS, sb);
+      compute(sa);
+      p += KS;
+      if (p >= pe) break;
+      load_x(p, sb);
+      if (p + KS < pe) load_w(p + KS, sa);
+      compute(sb);
+      p += KS;
+    }
+  } else {
+#pragma unroll 1
+    for (int p = p0 + warp; p < pe; p += KS) {
+      St st;
+      load_w(p, st);
+      load_x(p, st);
+      compute(st);
+    }
   }
 }
 
