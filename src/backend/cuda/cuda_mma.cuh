@@ -108,8 +108,7 @@ __device__ __forceinline__ void scale_acc(float (&acc)[4], const int (&c)[4], fl
 // wsc[m]; same row indices), K steps p = p0 + warp, p0 + warp + KS, ... < p1 (a K step:
 // 32 elements for Q8_0, 64 for MXFP4); acc[m][mt][j][c] accumulates C fragment c of
 // m-tile mt (rows g + 16 mt, g + 8 + 16 mt), token tile j.
-// PF: load each step's weights one step ahead (more bytes in flight per warp, more registers).
-template <int TYPE, int NM, int NT, int KS = kKs, bool PF = false>
+template <int TYPE, int NM, int NT, int KS = kKs>
 __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                        int n, const Cols<NT>& cols, float (&acc)[NM][2][NT][4], int p0 = 0,
                                        int p1 = 1 << 30) {
@@ -127,8 +126,7 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
     s[m] = wsc[m] + (r0 + g) * nb * (TYPE == kMX ? 1 : 2);
   }
   const int64_t rstride = 8 * rb, sstride = static_cast<int64_t>(8) * nb * (TYPE == kMX ? 1 : 2);
-  // Weights (and their raw scale bits: converted in compute, so a prefetched stage does not
-  // wait for its loads here) and the activations of K step p.
+  // Weights (and their raw scale bits, converted in compute) and the activations of step p.
   auto load_w = [&](int p, St& st) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
@@ -208,33 +206,17 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   // 4-stage cp.async ring of the weights in shared memory (no registers held, ~48 KB in
   // flight per SM): MoE 0.263 -> 0.285 ms, output head at 64 tokens 0.76 -> 0.75 ms. The
   // loop is bound by its instructions per weight byte (the per-block int32 -> f32 scaling
-  // of every C fragment, the MXFP4 decode), not by bytes in flight.)
+  // of every C fragment, the MXFP4 decode), not by bytes in flight. Session 7, after the
+  // two-part decode: only the weights loaded one step ahead, two stages in turn, NT 1:
+  // 4,308 / 6,297 -> 4,007 / 5,897 tok/s at 32 / 64 streams; more resident blocks (5-8 per
+  // SM) no better either.)
   const int pe = min(p1, steps);
-  if constexpr (PF) {
-    // Weights one K step ahead, two stages in turn (no register copies between them).
-    St sa, sb;
-    int p = p0 + warp;
-    if (p < pe) load_w(p, sa);
 #pragma unroll 1
-    while (p < pe) {
-      load_x(p, sa);
-      if (p + KS < pe) load_w(p + KS, sb);
-      compute(sa);
-      p += KS;
-      if (p >= pe) break;
-      load_x(p, sb);
-      if (p + KS < pe) load_w(p + KS, sa);
-      compute(sb);
-      p += KS;
-    }
-  } else {
-#pragma unroll 1
-    for (int p = p0 + warp; p < pe; p += KS) {
-      St st;
-      load_w(p, st);
-      load_x(p, st);
-      compute(st);
-    }
+  for (int p = p0 + warp; p < pe; p += KS) {
+    St st;
+    load_w(p, st);
+    load_x(p, st);
+    compute(st);
   }
 }
 

@@ -26,7 +26,7 @@ using namespace mma;
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
 // slots' sorted positions.
-template <int NT, int MINB, bool PF>
+template <int NT, int MINB>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   for (int base = 0; base < cnt; base += 8 * NT) {
     const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
     float acc[2][2][NT][4] = {};
-    k_loop<kMX, 2, NT, kKs, PF>(wq, wsc, r0, n, cols, acc);
+    k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
 #pragma unroll
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
 // grid (n_embd / 32, n_expert): block (x, e) computes down rows [32 x, 32 x + 32) of expert
 // e for all of e's slots: o[sorted position, row] = down row . act (no bias: the combine
 // adds it with the router weight).
-template <int NT, int MINB, bool PF>
+template <int NT, int MINB>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   for (int base = 0; base < cnt; base += 8 * NT) {
     const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
     float acc[1][2][NT][4] = {};
-    k_loop<kMX, 1, NT, kKs, PF>(wq, wsc, r0, n, cols, acc);
+    k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
     write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
@@ -130,16 +130,16 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT, int MINB = 1, int MINB_DOWN = MINB, bool PF = false>
+template <int NT, int MINB = 1, int MINB_DOWN = MINB>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
-  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, PF>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT, MINB_DOWN, PF>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB_DOWN>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
@@ -221,10 +221,6 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
     launch_typed<1, 4, 8>(a, b, grp, e, st);
   else if (minb == 58)
     launch_typed<1, 5, 8>(a, b, grp, e, st);
-  else if (minb == 40)  // weights prefetched one K step ahead (k_loop PF)
-    launch_typed<1, 4, 4, true>(a, b, grp, e, st);
-  else if (minb == 10)
-    launch_typed<1, 1, 1, true>(a, b, grp, e, st);
   else
     launch_typed<1, 4>(a, b, grp, e, st);
   launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st);
