@@ -9,7 +9,7 @@
 // A words {row g, k 4t..4t+3}, {row g+8, ...}, {row g, k 16+4t..}, {row g+8, 16+4t..}, B
 // words {k 4t.., col g}, {k 16+4t.., col g}, C {row g, cols 2t, 2t+1}, {row g+8, ...}.
 // - MXFP4: word t of a block (bytes 4t..4t+3) holds elements 4t..4t+3 (low nibbles) and
-//   16+4t.. (high); decoded with the nibbles as byte-permute selectors (mx_signed) it
+//   16+4t.. (high); decoded with the nibbles as byte-permute selectors (mx_pos_part / mx_neg_part) it
 //   gives elements in cuda_common.cuh's MXFP4 order (mx_pos), so activations stored in
 //   that order supply B as the 8 bytes at 8t of their 32-group. One K step = a pair of
 //   blocks (32 bytes of a row).
