@@ -4,7 +4,11 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|cli|ncu]...   (default: build test memcheck bench)
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes]...
+#   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3" runs --streams $STREAMS once per
+#   env setting (same build: the BRASS_CUDA_* measurement knobs); ncu_streams: per-kernel time of
+#   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
+#   NCU_KERNELS (regex) in a batched step.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -78,6 +82,34 @@ for s in $STAGES; do
         "${SRC[@]}" --depth 0 --n-gen 16 --no-graphs > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
       echo "ncu rc=$?"
       python3 bench/cuda_ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu_summary.txt" ;;
+    sweep)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      IFS=';' read -ra SW <<< "${SWEEP:-X=0}"
+      for e in "${SW[@]}"; do
+        echo "== env [$e]"
+        env $e timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${STREAMS:-8,32,64} 2>&1 | grep -E "^[0-9]+ "
+      done | tee "$OUT/sweep.log" ;;
+    ncu_streams)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      # Skips the prompts' prefill (~4,000 launches at 64 sequences) and the first steps.
+      timeout 300 ncu --clock-control none --launch-skip ${NCU_SKIP:-6000} --launch-count ${NCU_COUNT:-600} --csv \
+        --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum $B/bench/cuda_decode_bench \
+        "${SRC[@]}" --n-gen 0 --streams ${NCU_STREAMS:-64} > "$OUT/ncu_streams.csv" 2> "$OUT/ncu_streams.err"
+      echo "ncu rc=$?"
+      python3 bench/cuda_ncu_summary.py "$OUT/ncu_streams.csv" | tee "$OUT/ncu_streams_summary.txt" ;;
+    pipes)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      MET=gpu__time_duration.sum,smsp__inst_executed.sum
+      for p in alu fma fmaheavy xu lsu tensor; do MET=$MET,smsp__inst_executed_pipe_$p.sum; done
+      for p in alu fma shared; do MET=$MET,sm__pipe_${p}_cycles_active.avg.pct_of_peak_sustained_active; done
+      for r in long_scoreboard short_scoreboard math_pipe_throttle wait barrier mio_throttle not_selected selected dispatch_stall; do
+        MET=$MET,smsp__average_warp_latency_issue_stalled_$r.ratio
+      done
+      for k in ${NCU_KERNELS:-moe_gate_up_mma moe_down_mma}; do
+        timeout 150 ncu --clock-control none -k regex:$k --launch-skip 40 --launch-count 1 --metrics $MET \
+          $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${NCU_STREAMS:-64} > "$OUT/pipes_$k.txt" 2>&1
+        echo "== $k"; grep -E "smsp__|sm__|gpu__" "$OUT/pipes_$k.txt" | sed 's/  */ /g'
+      done ;;
     ncu_detail)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       for k in ${NCU_KERNELS:-moe_gate_up_q8x_kernel moe_down_q8x_kernel attn_split_kernel}; do
