@@ -9,6 +9,8 @@
 // a lane owns head dimensions. Online softmax per warp (running max, rescaled sums),
 // then the warps merge in shared memory and write one partial (m, l, acc) per split;
 // a combine kernel merges the splits with the sink logit (max and denominator only).
+// Every kernel here finds a position's K/V row through KvAddr (cuda_kernels.h): a block
+// of a shared paged pool (full-attention layers), a ring slot, or a linear slot.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -34,10 +36,10 @@ struct AttnParams {
   const void* k;
   const void* v;
   const int32_t* pos;    // seq's first token position in device memory, or null
+  KvAddr kv;             // position -> storage row (paged / ring / linear)
   int32_t pos0;
-  int32_t capacity;
+  int32_t capacity;      // the sequence's limit (sizes the splits)
   int32_t window;
-  int32_t ring;
   int32_t n_splits;
   int32_t min_keys;      // keys a used split gets at least (split_keys)
   int32_t n_head;
@@ -118,8 +120,7 @@ __device__ __forceinline__ void attn_split_body(const AttnParams& p, const int t
 #pragma unroll
     for (int r = 0; r < kMaxRep; ++r) s[r] = 0.f;
     if (valid) {
-      const int64_t slot = p.ring ? j % p.capacity : j;
-      const KV* kr = kb + slot * kv_row;
+      const KV* kr = kb + p.kv.row(j) * kv_row;
 #pragma unroll
       for (int c = 0; c < D; c += 8) {
         float kf[8];
@@ -157,8 +158,7 @@ __device__ __forceinline__ void attn_split_body(const AttnParams& p, const int t
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int jj = jj0 + u;
-        const int64_t slot = p.ring ? (kt + jj) % p.capacity : (kt + jj);
-        const KV* vr = vb + slot * kv_row;
+        const KV* vr = vb + p.kv.row(min(kt + jj, k1 - 1)) * kv_row;  // (rows past nv are not used)
 #pragma unroll
         for (int i = 0; i < kDL; ++i) {
           const int d = lane + i * kWarp;
@@ -282,11 +282,11 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 
 template <class KV>
 __global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, KV* kc, KV* vc,
-                                const int32_t* pos, int32_t pos0, int32_t capacity, int32_t ring, int64_t row) {
+                                const int32_t* pos, int32_t pos0, KvAddr kv, int64_t row) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   const int t = blockIdx.x;
   const int32_t pp = pos ? pos[t] : pos0 + t;
-  const int64_t slot = ring ? pp % capacity : pp;
+  const int64_t slot = kv.row(pp);
   for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
     store_kv(kc + slot * row + e, k[t * row + e]);
     store_kv(vc + slot * row + e, v[t * row + e]);
@@ -299,14 +299,15 @@ struct KvRowDev {  // one token of a multi-sequence kv_store
   void* kc;
   void* vc;
   const int32_t* pos;  // or null: pos0
-  int32_t pos0, capacity, ring;
+  KvAddr kv;
+  int32_t pos0;
 };
 
 template <class KV>
 __global__ void kv_store_multi_kernel(const KvRowDev* __restrict__ table, int64_t row) {
   const KvRowDev r = table[blockIdx.x];
   const int32_t pp = r.pos ? r.pos[0] : r.pos0;
-  const int64_t slot = r.ring ? pp % r.capacity : pp;
+  const int64_t slot = r.kv.row(pp);
   KV* kc = static_cast<KV*>(r.kc);
   KV* vc = static_cast<KV*>(r.vc);
   for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
@@ -328,9 +329,10 @@ struct QkvParams {
   const float* inv_freq;
   void* kc;
   void* vc;
+  KvAddr kv;
   int64_t n_tok;
   float mscale;
-  int32_t n_head, n_head_kv, head_dim, capacity, ring;
+  int32_t n_head, n_head_kv, head_dim;
 };
 
 constexpr int kQkvTok = 4;
@@ -428,7 +430,7 @@ __global__ void __launch_bounds__(256) qkv_kernel(QkvParams p) {
     dst[(t0 + t) * row + r0] = x0;
     dst[(t0 + t) * row + r1] = x1;
     if (kind > 0) {
-      const int64_t slot = p.ring ? pp % p.capacity : pp;
+      const int64_t slot = p.kv.row(pp);
       KV* c = static_cast<KV*>(kind == 1 ? p.kc : p.vc);
       store_kv(c + slot * row + r0, x0);
       store_kv(c + slot * row + r1, x1);
@@ -448,10 +450,10 @@ void launch_kv_store(const KvStoreP& a, cudaStream_t st) {
     const unsigned grid = static_cast<unsigned>(s.n_tok);
     if (a.kv_type == DType::F16)
       kv_store_kernel<__half><<<grid, 256, 0, st>>>(k, v, static_cast<__half*>(s.k), static_cast<__half*>(s.v), pos,
-                                                    s.pos0, s.capacity, s.ring, row);
+                                                    s.pos0, kv_addr(s), row);
     else
       kv_store_kernel<float><<<grid, 256, 0, st>>>(k, v, static_cast<float*>(s.k), static_cast<float*>(s.v), pos,
-                                                   s.pos0, s.capacity, s.ring, row);
+                                                   s.pos0, kv_addr(s), row);
     BRASS_CUDA_LAUNCHED();
   }
 }
@@ -473,9 +475,9 @@ static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* par
   p.v = s.v;
   p.pos = a.pos ? a.pos + s.tok0 : nullptr;
   p.pos0 = s.pos0;
+  p.kv = kv_addr(s);
   p.capacity = s.capacity;
   p.window = a.window;
-  p.ring = s.ring;
   p.n_splits = n_splits_for(s.capacity);
   p.min_keys = kMinSplitKeys;
   p.n_head = static_cast<int32_t>(a.n_head);
@@ -535,8 +537,8 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
   std::vector<KvRowDev> t(a.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     const SeqP& s = a.seqs[i];
-    t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos ? a.pos + s.tok0 : nullptr, s.pos0,
-                    s.capacity, s.ring};
+    t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos ? a.pos + s.tok0 : nullptr, kv_addr(s),
+                    s.pos0};
   }
   const unsigned grid = static_cast<unsigned>(t.size());
   const void* table = put.put(t.data(), t.size() * sizeof(KvRowDev), (uint64_t{1} << 40) | grid);
@@ -629,8 +631,7 @@ bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st) {
   p.n_head = static_cast<int32_t>(a.n_head);
   p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
   p.head_dim = static_cast<int32_t>(a.head_dim);
-  p.capacity = s.capacity;
-  p.ring = s.ring;
+  p.kv = kv_addr(s);
   const int64_t units = (a.n_head + 2 * a.n_head_kv) * (a.head_dim / 2);
   dim3 grid(static_cast<unsigned>((units + 7) / 8), static_cast<unsigned>((a.n_tok + kQkvTok - 1) / kQkvTok));
   const bool f16 = a.kv_type == DType::F16;

@@ -54,7 +54,8 @@ DevW dev_weight(const WeightView& w) {
 std::vector<SeqP> seq_params(std::span<const AttnSeq> seqs) {
   std::vector<SeqP> out(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i)
-    out[i] = SeqP{seqs[i].tok0, seqs[i].n_tok, seqs[i].pos0, seqs[i].k, seqs[i].v, seqs[i].capacity, seqs[i].ring};
+    out[i] = SeqP{seqs[i].tok0,     seqs[i].n_tok, seqs[i].pos0,   seqs[i].k,         seqs[i].v,
+                  seqs[i].capacity, seqs[i].ring,  seqs[i].blocks, seqs[i].block_size};
   return out;
 }
 
@@ -196,6 +197,14 @@ class CudaBackend final : public Backend {
     BRASS_CUDA_CHECK(cudaStreamSynchronize(st_));
   }
   void synchronize() override { BRASS_CUDA_CHECK(cudaStreamSynchronize(st_)); }
+  MemoryInfo memory_info() const override {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    return {static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
+  }
 
   Result<WeightView> prepare_weight(const WeightView& host) override {
     if (!supports_weight_type(host.type))

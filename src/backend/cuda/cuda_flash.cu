@@ -23,10 +23,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct FlashParams {
   const float* q;      // seq's first token row: (n_tok, n_head, 64)
   float* out;          // (n_tok, n_head * 64)
-  const __half* k;     // cache (capacity, n_head_kv, 64)
+  const __half* k;     // cache rows of (n_head_kv, 64)
   const __half* v;
   const float* sinks;  // (n_head) or null
-  int32_t n_tok, pos0, capacity, window, ring, n_head, n_head_kv, rep;
+  KvAddr kv;           // position -> cache row (paged / ring / linear)
+  int32_t n_tok, pos0, window, n_head, n_head_kv, rep;
   float scale;
 };
 
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(512) flash_prefill_kernel(FlashParams p) {
       const int kp = kp0 + r;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);  // past hi: zeros (never NaN)
       if (kp <= hi) {
-        const int64_t slot = p.ring ? kp % p.capacity : kp;
+        const int64_t slot = p.kv.row(kp);
         const int64_t off = (slot * p.n_head_kv + g) * kD + c * 8;
         kv = *reinterpret_cast<const uint4*>(p.k + off);
         vv = *reinterpret_cast<const uint4*>(p.v + off);
@@ -209,9 +210,8 @@ void launch_flash_prefill(const AttentionP& a, const SeqP& s, cudaStream_t st) {
   p.sinks = a.sinks;
   p.n_tok = static_cast<int32_t>(s.n_tok);
   p.pos0 = s.pos0;
-  p.capacity = s.capacity;
+  p.kv = kv_addr(s);
   p.window = a.window;
-  p.ring = s.ring;
   p.n_head = static_cast<int32_t>(a.n_head);
   p.n_head_kv = static_cast<int32_t>(a.n_head_kv);
   p.rep = static_cast<int32_t>(a.n_head / a.n_head_kv);

@@ -74,7 +74,35 @@ struct SeqP {  // backend::AttnSeq
   void* v = nullptr;
   int32_t capacity = 0;
   bool ring = false;
+  const int32_t* blocks = nullptr;  // paged: the sequence's block table (device memory)
+  int32_t block_size = 0;           // paged: positions per block (a power of two); 0: not paged
 };
+
+// The storage row of position p of one sequence's K/V (backend.h kv_storage_row) in the
+// form kernels carry in their parameters: the one place the rule lives on the device.
+// Paged: row p % block_size of block blocks[p / block_size] (shift and mask: the block
+// size is a power of two); ring: slot p % capacity; linear: slot p.
+struct KvAddr {
+  const int32_t* blocks = nullptr;  // paged: block table (device memory); null: ring / linear
+  int32_t shift = 0;                // paged: log2(block_size)
+  int32_t capacity = 0;             // ring size
+  int32_t ring = 0;
+  __host__ __device__ __forceinline__ int64_t row(int32_t p) const {
+    if (blocks) return (static_cast<int64_t>(blocks[p >> shift]) << shift) | (p & ((1 << shift) - 1));
+    return ring ? p % capacity : p;
+  }
+};
+inline KvAddr kv_addr(const SeqP& s) {
+  KvAddr a;
+  if (s.block_size > 0) {
+    a.blocks = s.blocks;
+    a.shift = __builtin_ctz(static_cast<unsigned>(s.block_size));
+  } else {
+    a.capacity = s.capacity;
+    a.ring = s.ring ? 1 : 0;
+  }
+  return a;
+}
 
 // Multiprocessors of the current device (cached on first use).
 int sm_count();
