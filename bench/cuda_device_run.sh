@@ -52,7 +52,7 @@ for s in $STAGES; do
       timeout 240 $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
     memcheck)
       timeout 150 compute-sanitizer --tool memcheck $B/tests/backend_cuda_tests \
-        --gtest_filter='*Moe*:*Router*:*Fused*:*Graph*:*Embed*:*Flash*:*TensorCore*:CudaModel.*F32*:CudaModel.Int8*' \
+        --gtest_filter="${MEMCHECK_FILTER:-*Moe*:*Router*:*Fused*:*Graph*:*Embed*:*Flash*:*TensorCore*:*Paged*:CudaModel.*F32*:CudaModel.Int8*}" \
         > "$OUT/memcheck.log" 2>&1
       echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.log" | head -10 ;;
     bench)
