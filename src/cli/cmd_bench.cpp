@@ -197,7 +197,7 @@ Runner add_bench(CLI::App& app) {
   struct Opts {
     std::string model, device = "auto", pp = "512", tg = "128", depth = "0", streams = "0", json_file;
     int reps = 5, threads = 0;
-    int64_t stream_prompt = 128, stream_gen = 128;
+    int64_t stream_prompt = 128, stream_gen = 128, kv_tokens = 0;
     double floor = 0;
     bool json = false;
   };
@@ -212,6 +212,9 @@ Runner add_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--stream-prompt", o->stream_prompt, "prompt tokens of each batched sequence")->capture_default_str();
   app.add_option("--stream-gen", o->stream_gen, "decode steps of the batched rows")->capture_default_str();
+  app.add_option("--kv-tokens", o->kv_tokens,
+                 "positions of the KV block pool (0: what the largest row needs, S x (P + G) for x<S>)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("-r,--reps", o->reps, "repetitions per row (mean and standard deviation)")->capture_default_str();
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("--floor", o->floor, "bandwidth floor in GB/s (default: measured, see below)");
@@ -285,6 +288,13 @@ Runner add_bench(CLI::App& app) {
     req.tokenizer = false;
     req.options.n_threads = o->threads;
     req.options.n_ctx = need_ctx;
+    {  // the pool: the largest row's sequences at once (one per row, or the S streams)
+      const int64_t bs = req.options.kv_block_size;
+      const int64_t max_s = streams->empty() ? 0 : *std::max_element(streams->begin(), streams->end());
+      auto blocks = [&](int64_t n) { return (n + bs - 1) / bs; };
+      req.options.kv_tokens =
+          o->kv_tokens > 0 ? o->kv_tokens : std::max(blocks(need_ctx), max_s * blocks(stream_len)) * bs;
+    }
     // One forward call per prefill row; and the sliding-window ring (n_swa + max_chunk - 1
     // rows) must still hold the window at depth D after N steps, so truncating back works.
     req.options.max_chunk_tokens = std::max({max_pp, max_tg + kWarmSteps, int64_t{512}, o->stream_prompt});

@@ -99,6 +99,7 @@ int run_chat(const ChatOptions& o) {
   req.device = *dev;
   req.options.n_threads = o.threads;
   req.options.n_ctx = o.n_ctx;
+  req.options.kv_tokens = o.kv_tokens;
   req.options.yarn_rounded = o.yarn_rounded;
   auto loaded = load_model(req);
   if (!loaded) return fail(loaded.status().message());

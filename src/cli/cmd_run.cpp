@@ -55,6 +55,7 @@ Runner add_run(CLI::App& app) {
     bool json = false, yarn_rounded = false;
     int threads = 0;
     int64_t n_ctx = 4096;
+    int64_t kv_tokens = 0;
     bool chat = false, show_prompt = false;
     std::string reasoning = "medium", system, date, drop_rule = "last_final";
     std::string device = "auto";
@@ -78,6 +79,8 @@ Runner add_run(CLI::App& app) {
   app.add_flag("--json", o->json, "print one JSON object {tokens, prompt_tokens, text, timings}");
   app.add_option("-t,--threads", o->threads, "CPU threads (default: BRASS_THREADS or all cores)");
   app.add_option("-c,--ctx", o->n_ctx, "context size per sequence")->capture_default_str();
+  app.add_option("--kv-tokens", o->kv_tokens, "positions the KV block pool holds across all sequences (0: automatic)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--device", o->device, "cpu | cuda | auto (auto: CUDA when built with it and a GPU is present)")
       ->capture_default_str();
   app.add_flag("--yarn-rounded", o->yarn_rounded, "llama.cpp's rounded YaRN ramp (bit-parity with llama.cpp)");
@@ -112,6 +115,7 @@ Runner add_run(CLI::App& app) {
       c.sampler = o->sp;
       c.threads = o->threads;
       c.n_ctx = o->n_ctx;
+      c.kv_tokens = o->kv_tokens;
       c.yarn_rounded = o->yarn_rounded;
       c.reasoning = o->reasoning == "low"    ? harmony::ReasoningEffort::kLow
                     : o->reasoning == "high" ? harmony::ReasoningEffort::kHigh
@@ -131,6 +135,7 @@ Runner add_run(CLI::App& app) {
     req.model = o->model;
     req.options.n_threads = o->threads;
     req.options.n_ctx = o->n_ctx;
+    req.options.kv_tokens = o->kv_tokens;
     req.options.yarn_rounded = o->yarn_rounded;
     auto dev = parse_device(o->device);
     if (!dev) return fail(dev.status().message());

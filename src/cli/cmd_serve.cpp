@@ -19,6 +19,7 @@ namespace brass::cli {
 Runner add_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServerOptions>();
   auto device = std::make_shared<std::string>("auto");
+  auto kv_tokens = std::make_shared<int64_t>(0);
   o->progress = true;
   app.add_option("-m,--model", o->model_path,
                  "GGUF file (default: the built-in tiny model: real o200k vocabulary, RANDOM weights)");
@@ -28,6 +29,10 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--port", o->port, "port (0: any free port, printed)")->capture_default_str();
   app.add_option("--parallel", o->parallel, "sequences generated at once (continuous batching)")->capture_default_str();
   app.add_option("-c,--ctx", o->n_ctx, "context size per sequence (prompt + completion)")->capture_default_str();
+  app.add_option("--kv-tokens", *kv_tokens,
+                 "positions the KV block pool holds across all sequences (0: automatic; full pool: requests wait "
+                 "or are preempted and recomputed)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--max-queue", o->max_queue, "waiting requests before answering 503")->capture_default_str();
   app.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (also $BRASS_API_KEY)");
   app.add_option("--alias", o->model_name, "model id reported by /v1/models (default: the file name)");
@@ -38,15 +43,17 @@ Runner add_serve(CLI::App& app) {
   // end-to-end tests can drive the real model path through known Harmony structure.
   app.add_flag("--test-hooks", o->test_hooks, "TEST ONLY: accept the brass_test_force request field")->group("");
   app.add_option("--test-load-delay-ms", o->test_load_delay_ms, "TEST ONLY: delay the model load")->group("");
-  return [o, device]() -> int {
+  return [o, device, kv_tokens]() -> int {
     server::ServerOptions opts = *o;
     auto requested = parse_device(*device);
     if (!requested) return fail(requested.status().message());
     auto resolved = resolve_device(*requested);
     if (!resolved) return fail(resolved.status().message());
     const Device dev = *resolved;
-    opts.load_model = [dev](std::unique_ptr<gguf::Reader> reader, const model::ModelOptions& mo) {
-      return load_model_on(std::move(reader), dev, mo);
+    opts.load_model = [dev, kv = *kv_tokens](std::unique_ptr<gguf::Reader> reader, const model::ModelOptions& mo) {
+      model::ModelOptions with_pool = mo;
+      with_pool.kv_tokens = kv;
+      return load_model_on(std::move(reader), dev, with_pool);
     };
     std::fprintf(stderr, "brass: serve: device %s\n", device_name(dev));
     if (opts.model_path.empty()) opts.model_path = builtin_model_path();

@@ -34,6 +34,7 @@ struct ChatOptions {
   runtime::SamplerParams sampler;
   int threads = 0;
   int64_t n_ctx = 4096;
+  int64_t kv_tokens = 0;              // KV block pool positions (0: automatic)
   bool yarn_rounded = false;
   harmony::ReasoningEffort reasoning = harmony::ReasoningEffort::kMedium;
   std::optional<std::string> instructions;  // --system: the developer message's instructions

@@ -12,6 +12,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -118,6 +119,7 @@ struct Seq {
   Sampler sampler;
   std::unique_ptr<LogitConstraint> constraint;
   Clock::time_point t_last;
+  uint64_t order = 0;           // admission order (priority: lower first; kept when preempted)
   bool done = false;
   bool keep = false;            // on removal: move the KV into the prefix cache
 
@@ -131,6 +133,15 @@ class Engine::Impl {
   Impl(std::unique_ptr<model::Model> m, const EngineOptions& o) : model(std::move(m)), opt(o) {
     const int64_t kv_max = model->kv_cache().n_ctx_max();
     n_ctx = opt.n_ctx > 0 ? std::min(opt.n_ctx, kv_max) : kv_max;
+    // One sequence must always fit the KV block pool alone (the others preempted, the
+    // prefix cache emptied): so no admitted request can wait forever.
+    const int64_t pool = model->kv_cache().pool_tokens();
+    if (n_ctx > pool) {
+      BRASS_LOG_WARN("engine: the KV pool holds {} positions: the per-sequence context is {} instead of {}", pool,
+                     pool, n_ctx);
+      n_ctx = pool;
+      pool_caps_ctx = true;
+    }
     opt.n_ctx = n_ctx;
     opt.parallel = std::max(opt.parallel, 1);
     opt.max_queue = std::max(opt.max_queue, 0);
@@ -177,6 +188,7 @@ class Engine::Impl {
   std::unique_ptr<model::Model> model;
   EngineOptions opt;
   int64_t n_ctx = 0, n_vocab = 0;
+  bool pool_caps_ctx = false;  // n_ctx is the KV pool's size
   std::shared_ptr<Shared> shared;
 
   // Under shared->mu.
@@ -193,8 +205,22 @@ class Engine::Impl {
   void run();
   void process_cancellations();
   void admit();
-  void start_sequence(const std::shared_ptr<ReqState>& r, int32_t index);
+  // false: the KV pool cannot take the sequence now (nothing changed; it stays queued).
+  bool start_sequence(const std::shared_ptr<ReqState>& r, int32_t index);
+  // A preempted sequence back into the running batch (false: no room yet).
+  bool resume_sequence();
   void step();
+  // ---- the KV block pool ----
+  // Blocks the running sequences still need to hold every known token + 1.
+  int64_t pending_blocks() const;
+  // Drop the least recently used prefix-cache entry (false: the cache is empty).
+  bool evict_one_cached();
+  // Evict prefix-cache entries until `target` blocks are free; false if they cannot be.
+  bool make_room(int64_t target);
+  // Free running[i]'s KV and queue it to be recomputed (vLLM's recompute preemption).
+  void preempt(size_t i);
+  // Insert into `running` by admission order.
+  void insert_running(std::unique_ptr<Seq> s);
   // row: the logits row; null when the backend picked greedily (`picked`).
   void sample(Seq& s, const float* row, int32_t picked = -1);
   bool device_greedy(const Seq& s) const;
@@ -210,7 +236,9 @@ class Engine::Impl {
 
   // Engine thread only.
   std::vector<std::unique_ptr<Seq>> running;         // admission order = priority
+  std::deque<std::unique_ptr<Seq>> preempted;        // KV freed, to recompute; by admission order
   std::deque<std::shared_ptr<ReqState>> admitting;   // requests with completions still to admit
+  uint64_t next_order = 0;
   PrefixCache cache;
   std::set<int32_t> live;  // every sequence the engine holds in the model (running + cached)
   int32_t next_seq_id = 0;
@@ -231,8 +259,9 @@ Submitted Engine::Impl::submit(Request r) {
     if (r.prompt[i] < 0 || r.prompt[i] >= n_vocab)
       return invalid(fmt::format("prompt token {} is {}: expected an id in [0, {})", i, r.prompt[i], n_vocab));
   if (static_cast<int64_t>(r.prompt.size()) >= n_ctx)
-    return invalid(fmt::format("the prompt has {} tokens: the context of {} leaves no room to generate",
-                               r.prompt.size(), n_ctx));
+    return invalid(fmt::format("the prompt has {} tokens: the context of {}{} leaves no room to generate",
+                               r.prompt.size(), n_ctx,
+                               pool_caps_ctx ? " (the KV block pool's size, --kv-tokens)" : ""));
   if (r.n < 1 || r.n > 128) return invalid(fmt::format("n is {}: expected 1..128", r.n));
   if (r.max_tokens == 0 || r.max_tokens < -1)
     return invalid(fmt::format("max_tokens is {}: expected >= 1 (or -1: until the context is full)", r.max_tokens));
@@ -292,13 +321,13 @@ void Engine::Impl::run() {
     std::vector<std::function<void()>> cmds;
     {
       std::unique_lock lk(shared->mu);
-      if (running.empty() && admitting.empty() && waiting.empty()) {
+      if (running.empty() && preempted.empty() && admitting.empty() && waiting.empty()) {
         idle = true;
         idle_cv.notify_all();
       }
       shared->cv.wait(lk, [&] {
-        return stop || shared->wake || !commands.empty() || !running.empty() || !admitting.empty() ||
-               !waiting.empty();
+        return stop || shared->wake || !commands.empty() || !running.empty() || !preempted.empty() ||
+               !admitting.empty() || !waiting.empty();
       });
       shared->wake = false;
       if (stop) break;
@@ -322,6 +351,8 @@ void Engine::Impl::run() {
   }
   for (auto& s : running)
     if (!s->done) finish(*s, FinishReason::kCancelled, -1, {});
+  for (auto& s : preempted) finish(*s, FinishReason::kCancelled, -1, {});
+  preempted.clear();
   retire_done_sequences();
   for (auto& r : admitting) rest.push_back(r);
   admitting.clear();
@@ -355,6 +386,13 @@ void Engine::Impl::process_cancellations() {
     }
   for (auto& s : running)
     if (!s->done && s->req->cancelled) finish(*s, FinishReason::kCancelled, -1, {});
+  for (auto it = preempted.begin(); it != preempted.end();)  // (they hold no KV)
+    if ((*it)->req->cancelled) {
+      finish(**it, FinishReason::kCancelled, -1, {});
+      it = preempted.erase(it);
+    } else {
+      ++it;
+    }
   for (auto& r : dropped)
     while (r->admitted < r->req.n) finish_completion(*r, r->admitted++, FinishReason::kCancelled, -1, {});
   retire_done_sequences();
@@ -362,6 +400,10 @@ void Engine::Impl::process_cancellations() {
 
 void Engine::Impl::admit() {
   while (static_cast<int32_t>(running.size()) < opt.parallel) {
+    if (!preempted.empty()) {  // they were running before anything still queued
+      if (!resume_sequence()) break;
+      continue;
+    }
     std::shared_ptr<ReqState> r;
     if (!admitting.empty()) {
       r = admitting.front();
@@ -373,10 +415,72 @@ void Engine::Impl::admit() {
       admitting.push_back(r);
     }
     const int32_t index = r->admitted++;
-    start_sequence(r, index);
+    if (!start_sequence(r, index)) {  // the pool is full: wait, in order
+      --r->admitted;
+      break;
+    }
     if (r->admitted >= r->req.n) admitting.pop_front();
   }
   update_kv_metrics();
+}
+
+int64_t Engine::Impl::pending_blocks() const {
+  const model::KvCache& kv = model->kv_cache();
+  int64_t n = 0;
+  for (const auto& s : running)
+    if (!s->done) n += kv.blocks_to_grow(s->seq_id, static_cast<int64_t>(s->tokens.size()) + 1);
+  return n;
+}
+
+bool Engine::Impl::evict_one_cached() {
+  if (cache.size() == 0) return false;
+  const auto ids = cache.evict(cache.size() - 1, INT64_MAX);
+  for (int32_t id : ids) remove_model_seq(id);
+  std::lock_guard ml(metrics_mu);
+  metrics.prefix_cache_evictions_total += ids.size();
+  return !ids.empty();
+}
+
+bool Engine::Impl::make_room(int64_t target) {
+  while (model->kv_cache().free_blocks() < target && evict_one_cached()) {
+  }
+  return model->kv_cache().free_blocks() >= target;
+}
+
+void Engine::Impl::insert_running(std::unique_ptr<Seq> s) {
+  auto at = std::upper_bound(running.begin(), running.end(), s->order,
+                             [](uint64_t o, const std::unique_ptr<Seq>& x) { return o < x->order; });
+  running.insert(at, std::move(s));
+}
+
+void Engine::Impl::preempt(size_t i) {
+  std::unique_ptr<Seq> s = std::move(running[i]);
+  running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+  remove_model_seq(s->seq_id);
+  s->computed = 0;  // its known tokens (prompt + generated) are computed again on resume
+  auto at = std::upper_bound(preempted.begin(), preempted.end(), s->order,
+                             [](uint64_t o, const std::unique_ptr<Seq>& x) { return o < x->order; });
+  preempted.insert(at, std::move(s));
+  std::lock_guard ml(metrics_mu);
+  ++metrics.preemptions_total;
+}
+
+bool Engine::Impl::resume_sequence() {
+  Seq& s = *preempted.front();
+  model::KvCache& kv = model->kv_cache();
+  const int64_t need = kv.blocks_for(static_cast<int64_t>(s.tokens.size()) + 1);
+  if (!make_room(need + pending_blocks()) && !(running.empty() && make_room(need))) return false;
+  std::unique_ptr<Seq> up = std::move(preempted.front());
+  preempted.pop_front();
+  up->seq_id = alloc_seq_id();
+  Status st = model->add_sequence(up->seq_id);
+  if (!st) {
+    finish(*up, FinishReason::kError, -1, st.message());
+    return true;
+  }
+  live.insert(up->seq_id);
+  insert_running(std::move(up));
+  return true;
 }
 
 int32_t Engine::Impl::alloc_seq_id() {
@@ -393,25 +497,50 @@ void Engine::Impl::remove_model_seq(int32_t id) {
   if (!st) BRASS_LOG_WARN("engine: {}", st.message());
 }
 
-void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t index) {
+bool Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t index) {
+  model::KvCache& kv = model->kv_cache();
+  const std::vector<int32_t>& prompt = r->req.prompt;
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  std::optional<PrefixMatch> m;
+  if (opt.prefix_cache_seqs > 0) {
+    // The KV cache's own rule (rings + window snapshots): truncate() accepts exactly these cuts.
+    m = cache.match(prompt, [&](const PrefixEntry& e, int64_t n) { return kv.usable_cut(e.seq_id, n); });
+  }
+  // The pool must hold the prompt + 1 token on top of what the running sequences still
+  // need for theirs (the entry's blocks past the cut come back when it is truncated).
+  // With nothing running, the prompt alone: it always fits (n_ctx <= the pool).
+  {
+    const int64_t held = m ? kv.held_blocks(m->seq_id) : 0, kept = m ? kv.blocks_for(m->reuse) : 0;
+    const int64_t own = kv.blocks_for(n_prompt + 1) - kept - (held - kept);
+    std::optional<PrefixEntry> taken;
+    if (m) taken = cache.take(m->seq_id);  // (not evicted by make_room)
+    const bool fits = make_room(own + pending_blocks()) || (running.empty() && preempted.empty() && make_room(own));
+    if (!fits) {
+      if (taken) cache.put(std::move(*taken));
+      if (running.empty() && preempted.empty()) {  // cannot happen (n_ctx <= pool): never wait forever
+        ++r->open;  // (finish_completion counts it down)
+        finish_completion(*r, index, FinishReason::kError, -1,
+                          fmt::format("the prompt of {} tokens needs {} KV blocks of {} positions: the pool has {}",
+                                      n_prompt, kv.blocks_for(n_prompt + 1), kv.block_size(), kv.pool_blocks()));
+        return true;
+      }
+      return false;
+    }
+  }
   SamplerParams sp = r->req.sampling;
   sp.seed += static_cast<uint64_t>(index);
   auto s = std::make_unique<Seq>(sp);
   s->req = r;
   s->index = index;
-  s->tokens = r->req.prompt;
-  s->n_prompt = static_cast<int64_t>(s->tokens.size());
+  s->tokens = prompt;
+  s->n_prompt = n_prompt;
+  s->order = next_order++;
   ++r->open;
 
   int64_t reuse = 0;
   bool have_seq = false;
-  if (opt.prefix_cache_seqs > 0) {
-    // The KV cache's own rule (rings + window snapshots): truncate() accepts exactly these cuts.
-    auto m = cache.match(s->tokens, [&](const PrefixEntry& e, int64_t n) {
-      return model->kv_cache().usable_cut(e.seq_id, n);
-    });
-    if (m) {
-      cache.take(m->seq_id);
+  if (m) {
+    {
       Status st = m->reuse < m->length ? model->truncate_sequence(m->seq_id, m->reuse) : Status::ok();
       if (st) {
         s->seq_id = m->seq_id;
@@ -430,7 +559,7 @@ void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t in
     if (!st) {
       s->done = true;
       finish_completion(*r, index, FinishReason::kError, -1, st.message());
-      return;
+      return true;
     }
   }
   s->computed = reuse;
@@ -446,14 +575,43 @@ void Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t in
   }
   if (r->req.constraint) s->constraint = r->req.constraint(index);
   running.push_back(std::move(s));
+  return true;
 }
 
 void Engine::Impl::step() {
-  std::vector<SchedSeq> ss;
-  ss.reserve(running.size());
-  for (auto& s : running)
-    ss.push_back({s->done ? 0 : static_cast<int64_t>(s->tokens.size()), s->done ? 0 : s->computed});
-  const std::vector<SchedChunk> plan = plan_step(ss, opt.step_tokens);
+  model::KvCache& kv = model->kv_cache();
+  StepPlan sp;
+  for (;;) {
+    std::vector<SchedSeq> ss;
+    ss.reserve(running.size());
+    for (auto& s : running) {
+      if (s->done) {
+        ss.push_back({});
+        continue;
+      }
+      ss.push_back({static_cast<int64_t>(s->tokens.size()), s->computed, kv.held_tokens(s->seq_id) - s->computed});
+    }
+    sp = plan_step(ss, opt.step_tokens, PoolBudget{kv.free_blocks(), kv.block_size()});
+    if (!sp.starved) break;
+    // A sequence cannot grow: free blocks. Prefix-cache entries first, then the
+    // lowest-priority running sequence (recomputed later), never the last one.
+    if (evict_one_cached()) continue;
+    size_t victim = running.size(), alive = 0;
+    for (size_t i = 0; i < running.size(); ++i)
+      if (!running[i]->done) {
+        victim = i;
+        ++alive;
+      }
+    if (alive == 0) break;
+    if (alive == 1) {  // cannot happen (n_ctx <= pool); never spin
+      finish(*running[victim], FinishReason::kError, -1,
+             fmt::format("the sequence needs more KV blocks than the pool's {} of {} positions", kv.pool_blocks(),
+                         kv.block_size()));
+      continue;
+    }
+    preempt(victim);
+  }
+  const std::vector<SchedChunk>& plan = sp.chunks;
   if (plan.empty()) return;
   std::vector<model::SeqChunk> batch;
   batch.reserve(plan.size());
@@ -672,7 +830,11 @@ void Engine::Impl::update_kv_metrics() {
     if (l.is_ok()) tokens += l.value();
   };
   for (int32_t id : live) add(id);
+  const model::KvCache& kv = model->kv_cache();
   std::lock_guard ml(metrics_mu);
+  metrics.kv_pool_tokens = kv.pool_tokens();
+  metrics.kv_pool_free_tokens = kv.free_tokens();
+  metrics.kv_block_size = kv.block_size();
   metrics.kv_sequences = static_cast<int64_t>(live.size());
   metrics.kv_bytes = bytes;
   metrics.kv_tokens = tokens;
@@ -684,8 +846,10 @@ void Engine::Impl::update_running_metrics() {
   std::set<const ReqState*> reqs;
   for (auto& s : running) reqs.insert(s->req.get());
   for (auto& r : admitting) reqs.insert(r.get());
+  for (auto& s : preempted) reqs.insert(s->req.get());
   std::lock_guard ml(metrics_mu);
   metrics.sequences_running = static_cast<int64_t>(running.size());
+  metrics.sequences_preempted = static_cast<int64_t>(preempted.size());
   metrics.requests_running = static_cast<int64_t>(reqs.size());
 }
 

@@ -12,6 +12,17 @@
 // and runs them all in ONE Model::forward call. Requests join (from the waiting queue,
 // up to `parallel` running sequences) and leave (finished, cancelled) between steps.
 //
+// KV block pool (model::KvCache): the full-attention layers of every sequence (running
+// and prefix-cache entries) draw fixed-size blocks from one pool (ModelOptions::kv_tokens,
+// --kv-tokens). A request is admitted only when the pool can hold its prompt + 1 token on
+// top of what the running sequences still need for theirs (prefix-cache entries are
+// evicted first, least recently used; otherwise it waits in order). When a running
+// sequence cannot grow, prefix-cache entries are evicted, then the lowest-priority
+// (latest admitted) running sequence is preempted: its KV is freed and it is recomputed
+// later from its known tokens (prompt + generated so far; vLLM's recompute preemption),
+// ahead of any queued request. The per-sequence context is capped at the pool's size, so
+// one sequence alone always fits: a prompt longer than that is refused at submit.
+//
 // Prefix reuse (prefix_cache.h): a finished sequence's KV stays in the model as a cache
 // entry (LRU, bounded by prefix_cache_seqs and prefix_cache_bytes, window snapshots
 // included). A new sequence takes the entry with the longest common token prefix that
@@ -58,7 +69,8 @@ namespace brass::runtime {
 struct EngineOptions {
   int32_t parallel = 4;          // --parallel: max running sequences (completions) at once
   int64_t n_ctx = 0;             // --ctx: per-sequence context (prompt + completion);
-                                 //   0 or more than the model's KV n_ctx_max: that limit
+                                 //   0 or more than the model's KV n_ctx_max: that limit;
+                                 //   at most the KV block pool's positions
   int32_t max_queue = 64;        // --max-queue: waiting requests; more -> SubmitCode::kQueueFull
   int64_t step_tokens = 512;     // token budget of one forward step (decode + prefill chunks)
   int32_t prefix_cache_seqs = 8; // finished sequences kept for prefix reuse (0: reuse off)

@@ -84,6 +84,14 @@ std::string render_prometheus(const MetricsSnapshot& m, std::string_view prefix)
   w.scalar("kv_cache_tokens", "gauge", "KV-cache positions held (running sequences and prefix cache).", m.kv_tokens);
   w.scalar("kv_cache_sequences", "gauge", "Sequences held in the KV cache (running and prefix cache).",
            m.kv_sequences);
+  w.scalar("kv_pool_tokens", "gauge", "Positions the KV block pool of the full-attention layers holds.",
+           m.kv_pool_tokens);
+  w.scalar("kv_pool_free_tokens", "gauge", "Positions of the KV block pool no sequence holds.",
+           m.kv_pool_free_tokens);
+  w.scalar("kv_block_size", "gauge", "Positions per KV block.", m.kv_block_size);
+  w.scalar("preemptions_total", "counter", "Running sequences whose KV was freed to let others grow (recomputed).",
+           m.preemptions_total);
+  w.scalar("sequences_preempted", "gauge", "Preempted sequences waiting to be recomputed.", m.sequences_preempted);
   w.scalar("prefix_cache_sequences", "gauge", "Finished sequences kept for prefix reuse.", m.kv_cached_seqs);
   w.scalar("prefix_cache_bytes", "gauge", "KV-cache bytes of the prefix-cache entries.", m.kv_cached_bytes);
   w.scalar("prefix_cache_hits_total", "counter", "Sequences that reused a cached prefix.", m.prefix_cache_hits_total);

@@ -56,6 +56,11 @@ struct MetricsSnapshot {
   int64_t kv_sequences = 0;      // sequences held in the model (running + prefix cache)
   int64_t kv_cached_seqs = 0;    // prefix-cache entries
   int64_t kv_cached_bytes = 0;
+  int64_t kv_pool_tokens = 0;       // positions the full-attention layers' block pool holds
+  int64_t kv_pool_free_tokens = 0;  // of those, not held by any sequence (running or cached)
+  int64_t kv_block_size = 0;        // positions per block
+  uint64_t preemptions_total = 0;   // running sequences whose KV was freed for others (recomputed later)
+  int64_t sequences_preempted = 0;  // waiting to be recomputed
   // Prefix cache
   uint64_t prefix_cache_hits_total = 0;      // sequences that reused > 0 tokens
   uint64_t prefix_cache_misses_total = 0;

@@ -9,6 +9,11 @@
 //      several steps while the others keep decoding).
 // A sequence's chunk "completes" it when computed + n == known: only then are its logits
 // sampled.
+// With a KV block pool (model::KvCache), the overload taking a PoolBudget also keeps the
+// chunks within the free blocks: a decode token that needs a new block the pool does not
+// have is left out and the plan marked `starved` (the engine then frees blocks: prefix
+// cache entries first, then it preempts the lowest-priority sequence, and plans again);
+// prefill chunks shrink to what the free blocks hold (0 tokens: the sequence waits).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +26,7 @@ namespace brass::runtime {
 struct SchedSeq {
   int64_t known = 0;     // tokens known (prompt + generated)
   int64_t computed = 0;  // tokens in the KV cache (< known for a sequence that needs work)
+  int64_t room = 0;      // with a PoolBudget: positions its blocks hold beyond `computed`
 };
 
 struct SchedChunk {
@@ -32,5 +38,21 @@ struct SchedChunk {
 // Chunks for one step, at most `budget` tokens in total (budget >= 1); sequences with
 // nothing to compute are skipped. Chunks come out in seqs order.
 std::vector<SchedChunk> plan_step(std::span<const SchedSeq> seqs, int64_t budget);
+
+struct PoolBudget {
+  int64_t free_blocks = 0;  // blocks the pool can still hand out
+  int64_t block_size = 1;   // positions per block
+};
+
+struct StepPlan {
+  std::vector<SchedChunk> chunks;
+  int64_t blocks = 0;    // new blocks the chunks take (<= free_blocks)
+  // A decoding sequence got no token for lack of blocks, or no sequence could be given
+  // any token although some have work: free blocks and plan again.
+  bool starved = false;
+};
+
+// As above, within the pool's free blocks.
+StepPlan plan_step(std::span<const SchedSeq> seqs, int64_t budget, const PoolBudget& pool);
 
 }  // namespace brass::runtime
