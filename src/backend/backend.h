@@ -20,6 +20,7 @@
 // index.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -126,7 +127,10 @@ struct AttnSeq {
 // The storage row of position pos (host side of the rule above; host backends only:
 // it reads the block table).
 inline int64_t kv_storage_row(const AttnSeq& s, int64_t pos) {
-  if (s.block_size > 0) return static_cast<int64_t>(s.blocks[pos / s.block_size]) * s.block_size + pos % s.block_size;
+  if (s.block_size > 0) {  // (shift and mask: block_size is a power of two)
+    const int shift = std::countr_zero(static_cast<uint32_t>(s.block_size));
+    return (static_cast<int64_t>(s.blocks[pos >> shift]) << shift) | (pos & (s.block_size - 1));
+  }
   return s.ring ? pos % s.capacity : pos;
 }
 
