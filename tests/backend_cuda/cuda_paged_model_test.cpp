@@ -30,7 +30,9 @@ std::unique_ptr<Model> load_on(const std::string& path, const ModelOptions& o, b
   if (!reader.is_ok()) return nullptr;
   std::unique_ptr<backend::Backend> be;
   if (cuda) {
-    auto b = backend::make_cuda_backend(backend::CudaBackendOptions{});
+    backend::CudaBackendOptions co;
+    co.int8_activations = false;  // exact mode (f32 activations, no tensor cores): the reference's numerics
+    auto b = backend::make_cuda_backend(co);
     EXPECT_TRUE(b.is_ok()) << b.status().message();
     if (!b.is_ok()) return nullptr;
     be = std::move(b).value();
