@@ -13,6 +13,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_model_util.h"
 #include "cuda_test_util.h"
 #include "gguf/reader.h"
 #include "model/model.h"
@@ -24,29 +25,7 @@ namespace {
 using brass::testing::make_tiny;
 using brass::testing::TempFile;
 using brass::testing::TinySpec;
-
-// tc_moe_min > 0: the MoE's tensor-core threshold in slots per expert (default: the backend's).
-std::unique_ptr<Model> load(const std::string& path, const ModelOptions& o, bool cuda, bool q8x = false,
-                            int64_t tc_moe_min = 0) {
-  auto reader = gguf::Reader::open(path);
-  EXPECT_TRUE(reader.is_ok()) << reader.status().message();
-  if (!reader.is_ok()) return nullptr;
-  std::unique_ptr<backend::Backend> be;
-  if (cuda) {
-    backend::CudaBackendOptions co;
-    co.int8_activations = q8x;
-    if (tc_moe_min > 0) co.tc_min_slots_per_expert = tc_moe_min;
-    auto b = backend::make_cuda_backend(co);
-    EXPECT_TRUE(b.is_ok()) << b.status().message();
-    if (!b.is_ok()) return nullptr;
-    be = std::move(b).value();
-  } else {
-    be = backend::testing::reference_backend();
-  }
-  auto m = Model::load(std::move(reader).value(), o, std::move(be));
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m).value() : nullptr;
-}
+using testing::load_on;
 
 int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
 
@@ -62,7 +41,7 @@ void run_case(DType kv, const TinySpec& spec, double tol, bool q8x = false, int 
   o.kv_type = kv;
   o.n_ctx = 256;
   o.max_chunk_tokens = chunk;
-  auto cpu = load(file.path, o, false), gpu = load(file.path, o, true, q8x, tc_moe_min);
+  auto cpu = load_on(file.path, o, false), gpu = load_on(file.path, o, true, q8x, tc_moe_min);
   ASSERT_TRUE(cpu && gpu);
   const int64_t V = spec.n_vocab;
   std::vector<int32_t> prompt(n_prompt);
@@ -185,7 +164,7 @@ TEST(CudaModel, BatchedDecodeEqualsSingleStreams) {
   o.kv_type = DType::F16;
   o.n_ctx = 128;
   o.max_chunk_tokens = 32;
-  auto batched = load(file.path, o, true), single = load(file.path, o, true);
+  auto batched = load_on(file.path, o, true), single = load_on(file.path, o, true);
   ASSERT_TRUE(batched && single);
   const int64_t V = spec.n_vocab;
   constexpr int kSeqs = 5, kSteps = 12;
@@ -241,7 +220,7 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
     o.max_chunk_tokens = 32;
     ModelOptions eager_o = o;
     eager_o.use_graphs = false;
-    auto graphs = load(file.path, o, true, q8x), eager = load(file.path, eager_o, true, q8x);
+    auto graphs = load_on(file.path, o, true, q8x), eager = load_on(file.path, eager_o, true, q8x);
     ASSERT_TRUE(graphs && eager);
     const int64_t V = spec.n_vocab;
     std::map<int32_t, int32_t> len, next;  // live sequences: length, next token

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_model_util.h"
 #include "cuda_test_util.h"
 #include "gguf/reader.h"
 #include "model/model.h"
@@ -23,26 +24,7 @@ namespace {
 using brass::testing::make_tiny;
 using brass::testing::TempFile;
 using brass::testing::TinySpec;
-
-std::unique_ptr<Model> load_on(const std::string& path, const ModelOptions& o, bool cuda) {
-  auto reader = gguf::Reader::open(path);
-  EXPECT_TRUE(reader.is_ok()) << reader.status().message();
-  if (!reader.is_ok()) return nullptr;
-  std::unique_ptr<backend::Backend> be;
-  if (cuda) {
-    backend::CudaBackendOptions co;
-    co.int8_activations = false;  // exact mode (f32 activations, no tensor cores): the reference's numerics
-    auto b = backend::make_cuda_backend(co);
-    EXPECT_TRUE(b.is_ok()) << b.status().message();
-    if (!b.is_ok()) return nullptr;
-    be = std::move(b).value();
-  } else {
-    be = backend::testing::reference_backend();
-  }
-  auto m = Model::load(std::move(reader).value(), o, std::move(be));
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m).value() : nullptr;
-}
+using testing::load_on;
 
 int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
 
@@ -59,7 +41,7 @@ TEST(CudaPagedModel, InterleavedBlocksMatchReference) {
   o.max_chunk_tokens = 32;
   o.kv_block_size = 16;
   o.kv_tokens = 1024;
-  auto cpu = load_on(file.path, o, false), gpu = load_on(file.path, o, true);
+  auto cpu = load_on(file.path, o, false), gpu = load_on(file.path, o, true, /*q8x=*/false);  // exact mode: the reference's numerics
   ASSERT_TRUE(cpu && gpu);
   const int64_t V = spec.n_vocab;
   constexpr int kSeqs = 4;
