@@ -130,7 +130,7 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT, int MINB = 1, int MINB_DOWN = MINB>
+template <int NT, int MINB = 1>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
   launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
@@ -139,7 +139,7 @@ void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, i
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT, MINB_DOWN>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
@@ -188,12 +188,13 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   const int64_t avg = (n_slots + n_expert - 1) / n_expert;
   // Up to 16 tokens per pass, the kernels are capped at 128 registers (4 blocks of 4 warps
   // per SM; uncapped the gate/up kernel takes 167 and 3 blocks fit): MoE per layer at 64
-  // tokens 0.284 -> 0.252 ms on the H200 despite a 16-byte spill. Measurement knobs:
-  // BRASS_CUDA_MOE_MINB=1|4|6|8 (blocks per SM the one-tile kernels are built for; 1 =
-  // uncapped), BRASS_CUDA_MOE_NT=1|2|4 (token tiles per pass).
-  static const int minb = [] {
+  // tokens 0.284 -> 0.252 ms on the H200 despite a 16-byte spill. Targets of 5, 6 or 8
+  // blocks per SM for the one-tile kernels (gate/up and down apart too) were no faster at
+  // 32 / 64 streams (bench/cuda_decode_notes.md, session 7). Measurement knobs:
+  // BRASS_CUDA_MOE_MINB=1 (uncapped), BRASS_CUDA_MOE_NT=1|2|4 (token tiles per pass).
+  static const bool capped = [] {
     const char* v = std::getenv("BRASS_CUDA_MOE_MINB");
-    return v ? std::atoi(v) : 4;
+    return !(v && std::atoi(v) == 1);
   }();
   static const int force_nt = [] {
     const char* v = std::getenv("BRASS_CUDA_MOE_NT");
@@ -209,20 +210,10 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
     launch_typed<2, 4>(a, b, grp, e, st);
   else if (nt == 4)
     launch_typed<4>(a, b, grp, e, st);
-  else if (minb == 1)
-    launch_typed<1>(a, b, grp, e, st);
-  else if (minb == 6)
-    launch_typed<1, 6>(a, b, grp, e, st);
-  else if (minb == 8)
-    launch_typed<1, 8>(a, b, grp, e, st);
-  else if (minb == 46)  // gate/up for 4 blocks per SM, down for 6
-    launch_typed<1, 4, 6>(a, b, grp, e, st);
-  else if (minb == 48)
-    launch_typed<1, 4, 8>(a, b, grp, e, st);
-  else if (minb == 58)
-    launch_typed<1, 5, 8>(a, b, grp, e, st);
-  else
+  else if (capped)
     launch_typed<1, 4>(a, b, grp, e, st);
+  else
+    launch_typed<1>(a, b, grp, e, st);
   launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st);
 }
 
