@@ -90,6 +90,8 @@ TEST_P(CudaOpsMode, MatmulAllTypesOddSizes) {
                         {DType::F16, 30, 9, 2},    {DType::BF16, 96, 33, 5},   {DType::BF16, 21, 3, 1},
                         {DType::Q8_0, 2880, 67, 1}, {DType::Q8_0, 96, 4099, 7}, {DType::MXFP4, 2880, 300, 1},
                         {DType::MXFP4, 64, 1201, 4}, {DType::Q8_0, 4096, 2880, 1}, {DType::F32, 2880, 32, 1},
+                        // one token, every fragment size of the preloading mat-vec (cuda_q8_pre.cu)
+                        {DType::MXFP4, 64, 13, 1},  {DType::Q8_0, 96, 29, 1},   {DType::Q8_0, 1536, 70, 1},
                         // the tiled f32 kernel (few rows, many tokens: the router at prefill)
                         {DType::F32, 2880, 32, 600}, {DType::F32, 100, 45, 517}};
   for (const Case& c : cases) {
@@ -294,8 +296,11 @@ TEST_P(CudaOpsMode, MoeExperts) {
   Fix f(GetParam());
   SEED_TRACE(f.rng);
   struct Case { DType t; int64_t n_embd, n_ff, n_expert, k, n_tok; };
+  // One token with k = 4 takes the preloading kernels (cuda_q8_pre.cu) in int8 mode: the
+  // tiny fragment (MXFP4 96 / 160, Q8_0 64 / 96) and gpt-oss's (MXFP4 2880).
   for (const Case& c : {Case{DType::MXFP4, 96, 160, 8, 4, 3}, Case{DType::Q8_0, 64, 96, 6, 2, 2},
-                        Case{DType::MXFP4, 2880, 2880, 32, 4, 1}, Case{DType::F32, 36, 20, 4, 2, 2}}) {
+                        Case{DType::MXFP4, 2880, 2880, 32, 4, 1}, Case{DType::F32, 36, 20, 4, 2, 2},
+                        Case{DType::MXFP4, 96, 160, 8, 4, 1}, Case{DType::Q8_0, 64, 96, 6, 4, 1}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
     const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));  // some SwiGLU clamps fire
     HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),

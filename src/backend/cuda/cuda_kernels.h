@@ -182,6 +182,10 @@ bool q8x_supported(const DevW& w);
 void launch_matmul_q8x(const MatmulP& a, cudaStream_t st);
 bool moe_q8x_supported(const MoeP& a);
 void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st);
+// One-token q8x kernels with every weight load of a warp in flight at once, static ones
+// before the PDL wait (cuda_q8_pre.cu); false where they do not apply (streaming kernels).
+bool launch_matvec_pre(const MatmulP& a, cudaStream_t st);
+bool launch_moe_pre(const MoeP& a, int8_t* act_q, float* act_d, cudaStream_t st);
 
 // ---- cuda_gemm.cu (device side of the tensor-core paths, cuda_tc.cpp) ----
 // Dequantize the matrices [e0, e1) of w (Q8_0 -> f16, MXFP4 -> bf16) into dst: matrix e's

@@ -1,0 +1,84 @@
+// A lane's share of one Q8_0 / MXFP4 weight row (split layouts, cuda_common.cuh) held in
+// registers, so a single-token kernel can issue every weight load of its rows at once,
+// and for static weights before it waits for the previous kernel (PDL): the loads then
+// overlap that kernel's tail instead of following it. Chunk c (16 quant bytes: 16 Q8_0
+// elements or 32 MXFP4 codes) belongs to lane c % 32, slot c / 32; a row has
+// frag_chunks(n_in) chunks and a fragment holds up to C per lane. The dot product sums a
+// lane's chunks in the order row_dot_q8x does, so warp_sum gives its bits.
+#pragma once
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace brass::backend::cuda {
+
+template <int TYPE>
+__host__ __device__ __forceinline__ int frag_chunks(int64_t n_in) {
+  return static_cast<int>(TYPE == kQ8 ? n_in / 16 : n_in / 32);
+}
+
+template <int C>
+struct RowFrag {
+  uint4 q[C];
+  uint32_t s[C];  // raw scale bits: Q8_0 f16 (per 2 chunks), MXFP4 E8M0
+};
+
+template <int TYPE, int C>
+__device__ __forceinline__ void frag_load(RowFrag<C>& f, const DevW& w, int64_t r, int lane) {
+  const int64_t n = w.n_in;
+  const int nc = frag_chunks<TYPE>(n);
+  const uint8_t* qr = w.q + r * (TYPE == kQ8 ? n : n / 2);
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) {
+      f.q[i] = __ldg(reinterpret_cast<const uint4*>(qr + c * 16));
+      if constexpr (TYPE == kQ8)
+        f.s[i] = __ldg(reinterpret_cast<const unsigned short*>(w.s) + r * (n / 32) + (c >> 1));
+      else
+        f.s[i] = __ldg(w.s + r * (n / 32) + c);
+    } else {
+      f.q[i] = make_uint4(0, 0, 0, 0);
+      f.s[i] = 0;
+    }
+  }
+}
+
+// The lane's partial of row . x for quantized activations xq / xd (natural order for
+// Q8_0, MXFP4 order for MXFP4; shared or global memory, 16-byte aligned).
+template <int TYPE, int C>
+__device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq, const float* xd, int nc, int lane) {
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) {
+      if constexpr (TYPE == kQ8) {
+        const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
+        int s = __dp4a(static_cast<int>(f.q[i].x), a.x, 0);
+        s = __dp4a(static_cast<int>(f.q[i].y), a.y, s);
+        s = __dp4a(static_cast<int>(f.q[i].z), a.z, s);
+        s = __dp4a(static_cast<int>(f.q[i].w), a.w, s);
+        acc += static_cast<float>(s) *
+               (__half2float(__ushort_as_half(static_cast<unsigned short>(f.s[i]))) * xd[c >> 1]);
+      } else {
+        const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
+        const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
+        const int xw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        acc += static_cast<float>(mx_dot(f.q[i], xw)) * (e8m0_half(static_cast<uint8_t>(f.s[i])) * xd[c]);
+      }
+    }
+  }
+  return acc;
+}
+
+// Fragment sizes the single-token kernels are built for: the smallest one that holds
+// `chunks` per lane, or 0 (the caller falls back to the streaming kernels). 1 serves the
+// tiny test models; 3 / 6 / 8 gpt-oss (MXFP4 2880: 90 chunks; Q8_0 2880: 180; Q8_0
+// 4096: 256).
+inline int frag_size(int chunks) {
+  for (int c : {1, 3, 6, 8})
+    if (chunks <= c * kWarp) return c;
+  return 0;
+}
+
+}  // namespace brass::backend::cuda
