@@ -39,6 +39,20 @@ void Backend::attn_qkv_rope_store(const AttnQkvArgs& a) {
             .seqs = a.seqs, .pos = a.pos});
 }
 
+void Backend::moe_block(const MoeBlockArgs& a) {
+  const MoeArgs& m = a.moe;
+  const int64_t n_embd = a.router.ne[0];
+  float* xn = const_cast<float*>(m.x);
+  if (a.add)
+    add_rms_norm({.y = a.y, .x = a.add, .weight = a.norm, .out = xn, .n_rows = m.n_tok, .n = n_embd, .eps = a.eps});
+  else
+    rms_norm({.x = a.y, .weight = a.norm, .out = xn, .n_rows = m.n_tok, .n = n_embd, .eps = a.eps});
+  matmul({.w = a.router, .bias = a.router_bias, .x = xn, .y = a.logits, .n_tok = m.n_tok});
+  router({.logits = a.logits, .ids = const_cast<int32_t*>(m.ids), .weights = const_cast<float*>(m.weights),
+          .n_tok = m.n_tok, .n_expert = a.n_expert, .k = m.k});
+  moe(m);
+}
+
 void Backend::argmax(const ArgmaxArgs& a) {
   for (int64_t r = 0; r < a.n_rows; ++r) {
     const float* x = a.x + r * a.n;

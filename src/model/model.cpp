@@ -378,14 +378,13 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
                   .scale = c.attn_scale(), .seqs = seqs[il], .pos = pos});
     be.matmul({.w = L.wo, .bias = L.bo, .x = attn, .y = proj, .n_tok = n_tok});
     // ---- MoE block ----
-    be.add_rms_norm({.y = x, .x = proj, .weight = L.post_attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd,
-                     .eps = c.rms_eps});
-    be.matmul({.w = L.router, .bias = L.router_b, .x = xn, .y = rlog, .n_tok = n_tok});
-    be.router({.logits = rlog, .ids = rids, .weights = rw, .n_tok = n_tok, .n_expert = c.n_expert,
-               .k = c.n_expert_used});
-    be.moe({.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps, .down = L.down_exps,
-            .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b, .out = proj, .n_tok = n_tok,
-            .k = c.n_expert_used, .alpha = c.swiglu_alpha, .limit = c.swiglu_limit});
+    // x += proj; xn = post_attn_norm(x); router; experts -> proj
+    be.moe_block({.y = x, .add = proj, .norm = L.post_attn_norm, .eps = c.rms_eps, .router = L.router,
+                  .router_bias = L.router_b, .logits = rlog, .n_expert = c.n_expert,
+                  .moe = {.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps,
+                          .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b,
+                          .out = proj, .n_tok = n_tok, .k = c.n_expert_used, .alpha = c.swiglu_alpha,
+                          .limit = c.swiglu_limit}});
     if (il + 1 < c.n_layer) {  // residual add fused with the next layer's attn_norm
       be.add_rms_norm({.y = x, .x = proj, .weight = w_.layers[il + 1].attn_norm, .out = xn, .n_rows = n_tok,
                        .n = c.n_embd, .eps = c.rms_eps});

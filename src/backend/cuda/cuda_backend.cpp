@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &kvtab_, &attntab_, &mma_,
-                        &mma_dense_})
+                        &mma_dense_, &block_, &block_counter_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -306,11 +306,14 @@ class CudaBackend final : public Backend {
     if (updating_) return;
     launch_router({a.logits, a.ids, a.weights, a.n_tok, a.n_expert, a.k}, st_);
   }
+  MoeP moe_params(const MoeArgs& a) const {
+    return MoeP{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
+                a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+  }
   void moe(const MoeArgs& a) override {
     if (updating_) return;
     float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
-    const MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
-                 a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+    const MoeP p = moe_params(a);
     if (tc_ && !recording_ && tc_->moe(p)) return;  // (it waits for the group sizes: not capturable)
     if (q8x_ && p.n_tok >= mma_moe_min_tok_ && moe_mma_supported(p)) {
       launch_moe_mma(p, mma_.get(static_cast<size_t>(moe_mma_scratch_bytes(p))), st_);
@@ -320,6 +323,23 @@ class CudaBackend final : public Backend {
       launch_moe_q8x(p, act, st_);
     else
       launch_moe(p, act, st_);
+  }
+  // One decode token in int8 mode: 3 kernels (cuda_moe_block.cu); otherwise the ops.
+  // (BRASS_CUDA_MOE_BLOCK=0 composes always: measurement knob.)
+  void moe_block(const MoeBlockArgs& a) override {
+    if (updating_) return;
+    static const bool on = [] {
+      const char* v = std::getenv("BRASS_CUDA_MOE_BLOCK");
+      return !(v && std::string(v) == "0");
+    }();
+    if (q8x_ && on && a.moe.n_tok == 1) {
+      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router), a.router_bias,
+                        a.logits, a.n_expert, moe_params(a.moe)};
+      if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))), block_counter_.as<unsigned>(1),
+                           st_))
+        return;
+    }
+    Backend::moe_block(a);
   }
   void add(const AddArgs& a) override {
     if (!updating_) launch_add({a.y, a.x, a.n}, st_);
@@ -487,6 +507,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
   Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
+  Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   GraphTables* recording_ = nullptr;  // the graph being captured (capture())
   GraphTables* updating_ = nullptr;   // the graph being updated (ops only rebuild tables)

@@ -135,6 +135,17 @@ struct MoeP {
   const float* gate_bias; const float* up_bias; const float* down_bias; float* out;
   int64_t n_tok, k; float alpha, limit;
 };
+// The MoE block of one decode token (cuda_moe_block.cu): y += add; xn = rmsnorm(y) * norm;
+// router logits, top-k -> moe.ids / moe.weights (written through them); moe with x = xn.
+struct MoeBlockP {
+  float* y; const float* add; const float* norm; float eps; float* xn;
+  DevW router; const float* router_bias; float* logits; int64_t n_expert;
+  MoeP moe;
+};
+int64_t moe_block_scratch_bytes(const MoeBlockP& a);
+// false where the fused kernels do not apply (the caller composes the ops); counter: one
+// zeroed unsigned, reset by the kernels.
+bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counter, cudaStream_t st);
 
 // ---- cuda_matvec.cu ----
 void launch_matmul(const MatmulP& a, cudaStream_t st);
