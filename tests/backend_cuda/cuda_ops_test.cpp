@@ -446,7 +446,7 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
 
 // The MoE block (residual add, norm, router, top-k, experts: moe_block) against the
 // reference backend's composition of the ops. In int8 mode one token takes the fused
-// kernels (cuda_moe_block.cu), whose twin is the composition with the experts reading x
+// kernels (cuda_q8_pre.cu), whose twin is the composition with the experts reading x
 // and the SwiGLU output on the Q8_0 round trip. The router logits and the norm are sums in
 // another order: the ids must match where the reference's k-th and (k+1)-th logits are
 // apart (a near-tie is reported and its outputs not compared). Each case runs twice with
@@ -620,6 +620,21 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   }
   // dominating sink: the output shrinks towards 0, relative error still small.
   run_attention_case(f, {DType::F32, 64, 8, 64, 0, 0, {300}, {1}, true, 30.0f});
+  // One decode token (the one-launch decode kernel), run back to back so every launch
+  // finds the split tickets the last one left: several splits with a partly filled last
+  // one, a window smaller than its ring (empty trailing splits) before and after the
+  // wrap, n_rep 1 / 4 / 8 at head_dim 16, 32, 64 and 128, no sinks, more splits than the
+  // merge keeps in registers (few kv heads: a wave allows many splits per head).
+  run_attention_case(f, {DType::F16, 64, 8, 64, 1000, 2000, {300}, {1}});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 1000, 2000, {2500}, {1}, true, 0, false});
+  run_attention_case(f, {DType::F16, 8, 8, 128, 0, 0, {700}, {1}});
+  run_attention_case(f, {DType::F16, 16, 4, 128, 300, 1000, {2345}, {1}});
+  run_attention_case(f, {DType::F32, 16, 2, 16, 0, 0, {1500}, {1}});
+  run_attention_case(f, {DType::F32, 4, 4, 16, 0, 0, {40}, {1}, false});
+  run_attention_case(f, {DType::F16, 32, 4, 32, 0, 0, {257}, {1}});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {600}, {1}, false});
+  run_attention_case(f, {DType::F16, 8, 2, 64, 0, 0, {5000}, {1}});
+  run_attention_case(f, {DType::F32, 8, 1, 64, 0, 0, {3000}, {1}});
   // no sinks; tiny head_dim, n_rep 2; prefill chunks of two sequences.
   run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
   run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});

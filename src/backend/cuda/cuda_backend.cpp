@@ -324,7 +324,7 @@ class CudaBackend final : public Backend {
     else
       launch_moe(p, act, st_);
   }
-  // One decode token in int8 mode: 3 kernels (cuda_moe_block.cu); otherwise the ops.
+  // One decode token in int8 mode: 3 kernels (cuda_q8_pre.cu); otherwise the ops.
   // (BRASS_CUDA_MOE_BLOCK=0 composes always: measurement knob.)
   void moe_block(const MoeBlockArgs& a) override {
     if (updating_) return;
@@ -335,8 +335,8 @@ class CudaBackend final : public Backend {
     if (q8x_ && on && a.moe.n_tok == 1) {
       const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router), a.router_bias,
                         a.logits, a.n_expert, moe_params(a.moe)};
-      if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))), block_counter_.as<unsigned>(1),
-                           st_))
+      if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
+                           block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;
     }
     Backend::moe_block(a);

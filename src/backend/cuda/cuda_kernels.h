@@ -135,7 +135,7 @@ struct MoeP {
   const float* gate_bias; const float* up_bias; const float* down_bias; float* out;
   int64_t n_tok, k; float alpha, limit;
 };
-// The MoE block of one decode token (cuda_moe_block.cu): y += add; xn = rmsnorm(y) * norm;
+// The MoE block of one decode token (cuda_q8_pre.cu): y += add; xn = rmsnorm(y) * norm;
 // router logits, top-k -> moe.ids / moe.weights (written through them); moe with x = xn.
 struct MoeBlockP {
   float* y; const float* add; const float* norm; float eps; float* xn;
@@ -143,9 +143,10 @@ struct MoeBlockP {
   MoeP moe;
 };
 int64_t moe_block_scratch_bytes(const MoeBlockP& a);
-// false where the fused kernels do not apply (the caller composes the ops); counter: one
-// zeroed unsigned, reset by the kernels.
-bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counter, cudaStream_t st);
+int64_t moe_block_counters(const MoeBlockP& a);
+// false where the fused kernels do not apply (the caller composes the ops); counters:
+// moe_block_counters zeroed unsigneds, which the kernels leave zeroed.
+bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cudaStream_t st);
 
 // ---- cuda_matvec.cu ----
 void launch_matmul(const MatmulP& a, cudaStream_t st);
@@ -193,10 +194,9 @@ bool q8x_supported(const DevW& w);
 void launch_matmul_q8x(const MatmulP& a, cudaStream_t st);
 bool moe_q8x_supported(const MoeP& a);
 void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st);
-// One-token q8x kernels with every weight load of a warp in flight at once, static ones
-// before the PDL wait (cuda_q8_pre.cu); false where they do not apply (streaming kernels).
+// One-token q8x mat-vec with every weight load of a warp in flight at once, before the
+// PDL wait (cuda_q8_pre.cu); false where it does not apply (the streaming kernel).
 bool launch_matvec_pre(const MatmulP& a, cudaStream_t st);
-bool launch_moe_pre(const MoeP& a, int8_t* act_q, float* act_d, cudaStream_t st);
 
 // ---- cuda_gemm.cu (device side of the tensor-core paths, cuda_tc.cpp) ----
 // Dequantize the matrices [e0, e1) of w (Q8_0 -> f16, MXFP4 -> bf16) into dst: matrix e's

@@ -200,7 +200,6 @@ void launch_moe_q8x(const MoeP& a, float* act, cudaStream_t st) {
   // The f32 act scratch (n_slots * n_ff floats) holds the int8 activations and their scales.
   int8_t* act_q = reinterpret_cast<int8_t*>(act);
   float* act_d = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(act) + (n_slots * n_ff + 15) / 16 * 16);
-  if (launch_moe_pre(a, act_q, act_d, st)) return;  // one token, k = 4: cuda_q8_pre.cu
   dim3 g1(static_cast<unsigned>(n_ff / 32), static_cast<unsigned>(n_slots));
   const size_t s1 = q8x_smem(n_embd);
   if (a.gate.type == kQ8)

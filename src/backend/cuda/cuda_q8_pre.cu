@@ -1,15 +1,27 @@
-// Single-token int8-activation kernels whose weight loads are all issued at once, and
-// for static weights before the PDL wait (cuda_rowfrag.cuh): the dense mat-vec (wo and
-// other matrices that fit in L2 many times over) and the two MoE kernels of one decode
-// token. Why: the streaming q8x kernels (cuda_q8.cu) are latency-bound at one token:
-// each first waits for the previous kernel, then quantizes x, then walks its rows a pair
-// at a time (one DRAM round trip each). Measured on the H200 (ncu, gpt-oss-20b, one
-// token): wo 12.7 us for 12.6 MB, MoE gate/up 25 us for 35 MB, down 13.5 us for 18 MB.
-// Here a warp's rows are in flight together: for wo and the MoE down rows (experts known
-// two kernels back) while the previous kernel runs; for gate/up right after the expert
-// ids arrive, with the activation quantization overlapping the loads.
-// Same numerics as cuda_q8.cu (each lane sums its chunks in the same order), so the
-// CPU twins and tests of the q8x ops apply unchanged.
+// One-token int8-activation kernels that issue every weight load of a warp at once, and
+// for static weights before the PDL wait (cuda_rowfrag.cuh), so the loads overlap the
+// previous kernel's tail instead of following it:
+// - the dense mat-vec of matrices up to 64 MB (wo, ...);
+// - the MoE block of one decode token (MoeBlockP: residual add, norm, router, top-k,
+//   experts) in three kernels instead of five (add_rms_norm, router matmul, top-k,
+//   gate/up, down):
+//   1. norm_router, grid (n_expert): every block adds the residual and norms it (the same
+//      bits in every block) and computes its expert's router logit, the norm weights and
+//      its router row loaded before the wait; the last block to finish (ticket) writes
+//      the residual (only once every block has read it), xn and its int8 copy (Q8_0 per
+//      32, MXFP4 order for MXFP4 experts), and picks the top k (router_topk_warp).
+//   2. gate/up, a warp per (slot, ff row), 4 per block: both rows and the int8 x in flight
+//      together; the SwiGLU output goes out in f32, and the last of the 8 blocks of a
+//      32-row group (ticket) quantizes the group (act_q, act_d).
+//   3. down: the four experts' rows load before the wait (the ids come from kernel 1, two
+//      kernels back); after it the block copies the int8 activations to shared memory.
+// Why: the streaming q8x kernels (cuda_q8.cu) are latency-bound at one token: each waits,
+// quantizes x, then walks its rows a pair at a time, one DRAM round trip each. On the
+// H200 (ncu, gpt-oss-20b, one token): wo 12.7 us for 12.6 MB, MoE gate/up 25 us for 35 MB,
+// down 13.5 us for 18 MB, and add_rms_norm + router + top-k ~12 us of launches.
+// Numerics: each lane sums its chunks in row_dot_q8x's order and the quantization is
+// quant::quantize_row(Q8_0)'s, so the q8x twins apply (router logits and the norm: sums
+// in another order).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +34,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
+constexpr int kMaxExperts = 128;  // router_topk_warp's register path
+constexpr int kNormVec = 3;       // float4s per thread in norm_router: n_embd <= 3072
+constexpr int kGuRows = 4;        // gate/up rows per block (one per warp)
 
 // grid (ceil(rows / 8)): warp w of block b owns row 8 b + w.
 template <int TYPE, int C>
@@ -49,59 +64,141 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   if (lane == 0) y[r] = a + b;
 }
 
-// grid (n_ff / 32, n_slots), 32 / RW warps: a block computes 32 consecutive SwiGLU outputs
-// (one Q8_0 group) of one slot, warp w rows w, w + 32 / RW, ...; writes them quantized
-// (act_q in MXFP4 order for MXFP4, act_d) exactly as moe_gate_up_q8x_kernel does.
-template <int TYPE, int C, int RW>
-__global__ void __launch_bounds__(32 / RW * kWarp) moe_gate_up_pre_kernel(DevW gate, DevW up,
-                                                                          const float* __restrict__ gb,
-                                                                          const float* __restrict__ ub,
-                                                                          const float* __restrict__ x,
-                                                                          const int32_t* __restrict__ ids, int8_t* act_q,
-                                                                          float* act_d, int64_t k, float alpha,
-                                                                          float limit) {
-  constexpr int NW = 32 / RW;
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ float grp[32];
-  const int n = static_cast<int>(gate.n_in);
-  const int64_t n_ff = gate.ne1;
-  int8_t* xq = reinterpret_cast<int8_t*>(smem);
-  float* xd = reinterpret_cast<float*>(smem + n);
-  const int64_t slot = blockIdx.y;
+__device__ __forceinline__ float block_sum256(float v, float* sh) {
+  v = warp_sum(v);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 32;
-  pdl_wait();  // the expert ids come from the kernel just before
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) s += sh[i];
+  __syncthreads();
+  return s;
+}
+
+__device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {  // (v * s) * w, as rms_norm_kernel
+  return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
+}
+
+// counters[0]: the block ticket.
+template <bool MXO>
+__global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8_t* xq, float* xd,
+                                                               unsigned* counters) {
+  extern __shared__ __align__(16) float sv[];  // [n] xn (last block)
+  __shared__ float red[kWarps];
+  __shared__ float lg[kMaxExperts];
+  __shared__ bool last;
+  const int n4 = static_cast<int>(p.router.n_in / 4);
+  const int e = blockIdx.x;
+  const float4* wr = reinterpret_cast<const float4*>(p.router.q) + static_cast<int64_t>(e) * n4;
+  const float4* nw4 = reinterpret_cast<const float4*>(p.norm);
+  float4 w[kNormVec], nw[kNormVec], v[kNormVec];
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {  // static: before the wait
+    const int j = threadIdx.x + i * kThreads;
+    w[i] = j < n4 ? __ldg(wr + j) : make_float4(0, 0, 0, 0);
+    nw[i] = j < n4 ? __ldg(nw4 + j) : make_float4(0, 0, 0, 0);
+  }
+  pdl_wait();
   pdl_trigger();
-  const int64_t e = ids[slot];
-  RowFrag<C> g[RW], u[RW];
-  float bg[RW], bu[RW];
+  float ss = 0.f;
 #pragma unroll
-  for (int i = 0; i < RW; ++i) {
-    const int64_t row = e * n_ff + r0 + warp + i * NW;
-    frag_load<TYPE, C>(g[i], gate, row, lane);
-    frag_load<TYPE, C>(u[i], up, row, lane);
-    bg[i] = gb ? gb[row] : 0.f;
-    bu[i] = ub ? ub[row] : 0.f;
+  for (int i = 0; i < kNormVec; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    v[i] = make_float4(0, 0, 0, 0);
+    if (j < n4) {
+      v[i] = reinterpret_cast<const float4*>(p.y)[j];
+      if (p.add) {
+        const float4 a = reinterpret_cast<const float4*>(p.add)[j];
+        v[i] = make_float4(v[i].x + a.x, v[i].y + a.y, v[i].z + a.z, v[i].w + a.w);
+      }
+    }
+    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
   }
-  quantize_x_smem<TYPE == kMX>(x + (slot / k) * n, n, xq, xd);  // while the rows arrive
-  __syncthreads();
-  const int nc = frag_chunks<TYPE>(n);
+  ss = block_sum256(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
+  float dot = 0.f;
 #pragma unroll
-  for (int i = 0; i < RW; ++i) {
-    const float gv = warp_sum(frag_dot<TYPE, C>(g[i], xq, xd, nc, lane));
-    const float uv = warp_sum(frag_dot<TYPE, C>(u[i], xq, xd, nc, lane));
-    if (lane == 0) grp[warp + i * NW] = oai_swiglu(gv + bg[i], uv + bu[i], alpha, limit);
+  for (int i = 0; i < kNormVec; ++i) {
+    const float4 xv = f4_scale(v[i], inv, nw[i]);
+    dot += xv.x * w[i].x + xv.y * w[i].y + xv.z * w[i].z + xv.w * w[i].w;
+  }
+  dot = block_sum256(dot, red);
+  if (threadIdx.x == 0) {
+    p.logits[e] = dot + (p.router_bias ? p.router_bias[e] : 0.f);
+    __threadfence();
+    last = atomicAdd(&counters[0], 1u) == gridDim.x - 1;
   }
   __syncthreads();
-  if (warp == 0) {  // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
-    const float v = grp[lane];
-    float amax = fabsf(v);
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < p.n_expert; i += kThreads) lg[i] = __ldcg(p.logits + i);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    act_q[slot * n_ff + r0 + (TYPE == kMX ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v * id));
-    if (lane == 0) act_d[slot * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
+  for (int i = 0; i < kNormVec; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    if (j >= n4) continue;
+    const float4 xv = f4_scale(v[i], inv, nw[i]);
+    if (p.add) reinterpret_cast<float4*>(p.y)[j] = v[i];
+    reinterpret_cast<float4*>(p.xn)[j] = xv;
+    reinterpret_cast<float4*>(sv)[j] = xv;
+  }
+  __syncthreads();
+  if (threadIdx.x < kWarp)  // the ids first: the next kernel's loads wait on them
+    router_topk_warp(lg, p.n_expert, p.moe.k, const_cast<int32_t*>(p.moe.ids), const_cast<float*>(p.moe.weights),
+                     static_cast<int>(threadIdx.x));
+  quantize_x_smem<MXO>(sv, 4 * n4, xq, xd);
+  if (threadIdx.x == 0) counters[0] = 0u;  // graph replays start from 0
+}
+
+// grid (n_ff / 4, k), 4 warps: warp w owns ff row 4 b + w of slot blockIdx.y.
+// counters: one per (slot, 32-row group), the ticket of the group's 8 blocks.
+template <int TYPE, int C>
+__global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
+                                                                     const float* __restrict__ ub,
+                                                                     const int8_t* __restrict__ xq,
+                                                                     const float* __restrict__ xd,
+                                                                     const int32_t* __restrict__ ids, float* act,
+                                                                     int8_t* act_q, float* act_d, unsigned* counters,
+                                                                     float alpha, float limit) {
+  constexpr int kPerGroup = 32 / kGuRows;
+  __shared__ bool last;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t n_ff = gate.ne1, slot = blockIdx.y;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
+  pdl_wait();  // the ids and x come from the kernel just before
+  pdl_trigger();
+  const int64_t row = static_cast<int64_t>(ids[slot]) * n_ff + r;
+  RowFrag<C> g, u;
+  frag_load<TYPE, C>(g, gate, row, lane);
+  frag_load<TYPE, C>(u, up, row, lane);
+  const float bg = gb ? gb[row] : 0.f, bu = ub ? ub[row] : 0.f;
+  const int nc = frag_chunks<TYPE>(gate.n_in);
+  const float gv = warp_sum(frag_dot<TYPE, C>(g, xq, xd, nc, lane));
+  const float uv = warp_sum(frag_dot<TYPE, C>(u, xq, xd, nc, lane));
+  if (lane == 0) {
+    act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
+    __threadfence();  // visible to the group's last block before this block's ticket
+  }
+  __syncthreads();
+  const int64_t grp = slot * (n_ff / 32) + blockIdx.x / kPerGroup;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&counters[grp], 1u) == kPerGroup - 1;
+  }
+  __syncthreads();
+  if (!last || warp != 0) return;
+  __threadfence();
+  // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
+  const int64_t g0 = (blockIdx.x / kPerGroup) * 32;
+  const float v = __ldcg(act + slot * n_ff + g0 + lane);
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  act_q[slot * n_ff + g0 + (TYPE == kMX ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v * id));
+  if (lane == 0) {
+    act_d[grp] = __half2float(__float2half_rn(d));
+    counters[grp] = 0u;  // graph replays start from 0
   }
 }
 
@@ -151,21 +248,13 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
   if (lane == 0) out[r] = sum;
 }
 
-// BRASS_CUDA_PRE=0 turns these kernels off (A/B measurement knob); BRASS_CUDA_PRE_RW picks
-// the gate/up rows per warp (2: 512-thread blocks, default; 1: 1024).
+// BRASS_CUDA_PRE=0 turns these kernels off (A/B measurement knob).
 bool pre_on() {
   static const bool on = [] {
     const char* v = std::getenv("BRASS_CUDA_PRE");
     return !(v && std::strcmp(v, "0") == 0);
   }();
   return on;
-}
-int pre_rw() {
-  static const int rw = [] {
-    const char* v = std::getenv("BRASS_CUDA_PRE_RW");
-    return v && std::atoi(v) == 1 ? 1 : 2;
-  }();
-  return rw;
 }
 
 size_t xq_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
@@ -191,31 +280,49 @@ bool matvec_pre_t(const MatmulP& a, cudaStream_t st) {
   }
 }
 
+// Scratch layout of the MoE block: xq [n_embd] | xd [n_embd / 32] | act [4][n_ff] f32 |
+// act_q [4][n_ff] | act_d [4][n_ff / 32] (each 16-byte aligned).
+struct BlockScratch {
+  int8_t* xq; float* xd; float* act; int8_t* act_q; float* act_d;
+  int64_t bytes;
+  BlockScratch(void* base, int64_t n_embd, int64_t n_ff) {
+    auto al = [](int64_t b) { return (b + 15) / 16 * 16; };
+    uint8_t* s = static_cast<uint8_t*>(base);
+    int64_t o = 0;
+    xq = reinterpret_cast<int8_t*>(s + o); o += al(n_embd);
+    xd = reinterpret_cast<float*>(s + o); o += al(n_embd / 32 * 4);
+    act = reinterpret_cast<float*>(s + o); o += al(4 * n_ff * 4);
+    act_q = reinterpret_cast<int8_t*>(s + o); o += al(4 * n_ff);
+    act_d = reinterpret_cast<float*>(s + o); o += al(4 * n_ff / 32 * 4);
+    bytes = o;
+  }
+};
+
 template <int TYPE, int C>
-void moe_pre_c(const MoeP& a, int8_t* act_q, float* act_d, cudaStream_t st) {
-  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1;
-  const dim3 g1(static_cast<unsigned>(n_ff / 32), static_cast<unsigned>(a.k));
-  if (pre_rw() == 1)
-    launch_pdl(moe_gate_up_pre_kernel<TYPE, C, 1>, g1, dim3(32 * kWarp), xq_smem(n_embd), st, a.gate, a.up,
-               a.gate_bias, a.up_bias, a.x, a.ids, act_q, act_d, a.k, a.alpha, a.limit);
-  else
-    launch_pdl(moe_gate_up_pre_kernel<TYPE, C, 2>, g1, dim3(16 * kWarp), xq_smem(n_embd), st, a.gate, a.up,
-               a.gate_bias, a.up_bias, a.x, a.ids, act_q, act_d, a.k, a.alpha, a.limit);
+void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cudaStream_t st) {
+  const MoeP& m = a.moe;
+  const int64_t n_embd = m.gate.n_in, n_ff = m.gate.ne1;
+  launch_pdl(norm_router_kernel<TYPE == kMX>, dim3(static_cast<unsigned>(a.n_expert)), dim3(kThreads),
+             static_cast<size_t>(n_embd) * 4, st, a, s.xq, s.xd, counters);
   BRASS_CUDA_LAUNCHED();
-  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps));
-  const size_t s2 = static_cast<size_t>(4 * n_ff + 4 * (n_ff / 32) * 4);
-  launch_pdl(moe_down_pre_kernel<TYPE, C>, g2, dim3(kThreads), s2, st, a.down, a.down_bias,
-             static_cast<const int8_t*>(act_q), static_cast<const float*>(act_d), a.ids, a.weights, a.out);
+  launch_pdl(gate_up_xq_kernel<TYPE, C>, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
+             dim3(kGuRows * kWarp), 0, st, m.gate, m.up, m.gate_bias, m.up_bias, static_cast<const int8_t*>(s.xq),
+             static_cast<const float*>(s.xd), static_cast<const int32_t*>(m.ids), s.act, s.act_q, s.act_d,
+             counters + 1, m.alpha, m.limit);
+  BRASS_CUDA_LAUNCHED();
+  const size_t s3 = static_cast<size_t>(4 * n_ff + 4 * (n_ff / 32) * 4);
+  launch_pdl(moe_down_pre_kernel<TYPE, C>, dim3(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps)),
+             dim3(kThreads), s3, st, m.down, m.down_bias, static_cast<const int8_t*>(s.act_q),
+             static_cast<const float*>(s.act_d), m.ids, m.weights, m.out);
   BRASS_CUDA_LAUNCHED();
 }
+
 template <int TYPE>
-bool moe_pre_t(const MoeP& a, int8_t* act_q, float* act_d, cudaStream_t st) {
-  // One fragment size for gate/up (rows of n_embd) and down (rows of n_ff); the bigger
-  // ones (Q8_0 experts) would spill at 512 threads: streaming kernels.
-  const int c = frag_size(std::max(frag_chunks<TYPE>(a.gate.n_in), frag_chunks<TYPE>(a.down.n_in)));
-  switch (c) {
-    case 1: moe_pre_c<TYPE, 1>(a, act_q, act_d, st); return true;
-    case 3: moe_pre_c<TYPE, 3>(a, act_q, act_d, st); return true;
+bool block_t(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cudaStream_t st) {
+  const int c = frag_size(std::max(frag_chunks<TYPE>(a.moe.gate.n_in), frag_chunks<TYPE>(a.moe.down.n_in)));
+  switch (c) {  // larger fragments (Q8_0 experts) would hold too many registers: the ops
+    case 1: block_c<TYPE, 1>(a, s, counters, st); return true;
+    case 3: block_c<TYPE, 3>(a, s, counters, st); return true;
     default: return false;
   }
 }
@@ -233,12 +340,22 @@ bool launch_matvec_pre(const MatmulP& a, cudaStream_t st) {
   return done;
 }
 
-bool launch_moe_pre(const MoeP& a, int8_t* act_q, float* act_d, cudaStream_t st) {
-  if (!pre_on() || a.n_tok != 1 || a.k != 4 || a.gate.ne1 % 32 != 0 || a.gate.n_in % 32 != 0 ||
-      xq_smem(a.gate.n_in) > 40 * 1024 || 4 * a.down.n_in + a.down.n_in / 2 > 40 * 1024)
+int64_t moe_block_scratch_bytes(const MoeBlockP& a) {
+  return BlockScratch(nullptr, a.moe.gate.n_in, a.moe.gate.ne1).bytes;
+}
+int64_t moe_block_counters(const MoeBlockP& a) { return 1 + a.moe.k * (a.moe.gate.ne1 / 32); }
+
+bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cudaStream_t st) {
+  const MoeP& m = a.moe;
+  const int64_t n_embd = m.gate.n_in, n_ff = m.gate.ne1;
+  if (!pre_on() || m.n_tok != 1 || m.k != 4 || a.router.type != kF32 || a.router.n_in != n_embd ||
+      a.router.rows != a.n_expert || a.n_expert < m.k || a.n_expert > kMaxExperts || n_embd % 32 != 0 ||
+      n_embd > 4 * kNormVec * kThreads || n_ff % 32 != 0 || m.down.n_in != n_ff || m.down.ne1 != n_embd ||
+      m.up.type != m.gate.type || m.down.type != m.gate.type || 4 * n_ff + n_ff / 2 > 48 * 1024)
     return false;
-  if (a.gate.type == kQ8) return moe_pre_t<kQ8>(a, act_q, act_d, st);
-  if (a.gate.type == kMX) return moe_pre_t<kMX>(a, act_q, act_d, st);
+  const BlockScratch s(scratch, n_embd, n_ff);
+  if (m.gate.type == kQ8) return block_t<kQ8>(a, s, counters, st);
+  if (m.gate.type == kMX) return block_t<kMX>(a, s, counters, st);
   return false;
 }
 
