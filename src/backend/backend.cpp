@@ -23,7 +23,13 @@ void Backend::add_rms_norm(const AddRmsNormArgs& a) {
   rms_norm({.x = a.y, .weight = a.weight, .out = a.out, .n_rows = a.n_rows, .n = a.n, .eps = a.eps});
 }
 
-void Backend::attn_qkv(const AttnQkvArgs& a) {
+void Backend::attn_qkv(const AttnQkvArgs& in) {
+  AttnQkvArgs a = in;
+  if (in.norm) {
+    rms_norm({.x = in.x, .weight = in.norm, .out = in.xn, .n_rows = in.n_tok, .n = in.wq.ne[0], .eps = in.eps});
+    a.x = in.xn;
+    a.norm = nullptr;
+  }
   matmul({.w = a.wq, .bias = a.bq, .x = a.x, .y = a.q, .n_tok = a.n_tok});
   matmul({.w = a.wk, .bias = a.bk, .x = a.x, .y = a.k, .n_tok = a.n_tok});
   matmul({.w = a.wv, .bias = a.bv, .x = a.x, .y = a.v, .n_tok = a.n_tok});
@@ -51,6 +57,7 @@ void Backend::moe_block(const MoeBlockArgs& a) {
   router({.logits = a.logits, .ids = const_cast<int32_t*>(m.ids), .weights = const_cast<float*>(m.weights),
           .n_tok = m.n_tok, .n_expert = a.n_expert, .k = m.k});
   moe(m);
+  if (a.accumulate) add({.y = a.y, .x = m.out, .n = m.n_tok * n_embd});
 }
 
 void Backend::argmax(const ArgmaxArgs& a) {

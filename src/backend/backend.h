@@ -245,13 +245,19 @@ struct MoeBlockArgs {
   float* logits = nullptr;       // (n_tok, n_expert) out
   int64_t n_expert = 0;
   MoeArgs moe;                   // x: the xn out (n_tok, n_embd); ids, weights: router outputs
+  bool accumulate = false;       // y += the experts' output (moe.out: scratch, may stay unwritten)
 };
 
 // The attention input block: q/k/v projections with biases, RoPE on q and k, and the
 // store of k and v into the cache:
 //   q = xn Wq^T + bq; k = xn Wk^T + bk; v = xn Wv^T + bv; rope(q); rope(k); kv_store.
+// With norm set, x is the residual stream and the projections read xn = rmsnorm(x) * norm
+// (written to xn).
 struct AttnQkvArgs {
-  const float* x = nullptr;  // (n_tok, n_embd) normed input
+  const float* x = nullptr;  // (n_tok, n_embd) normed input (or the residual, with norm)
+  const float* norm = nullptr;  // (n_embd) f32 or null
+  float eps = 1e-5f;
+  float* xn = nullptr;          // (n_tok, n_embd) out, with norm
   WeightView wq, wk, wv;
   const float* bq = nullptr;  // (n_head * head_dim) or null
   const float* bk = nullptr;  // (n_head_kv * head_dim) or null

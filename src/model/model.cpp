@@ -363,13 +363,18 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
   const int32_t* pos = pos_->as<int32_t>();
   const float* inv_freq = inv_freq_->as<float>();
 
+  // One token: the residual adds fold into the MoE block and the attention norm into
+  // q/k/v (the CUDA backend fuses both into its one-token kernels); several tokens keep
+  // the fused add + norm between the blocks. The same arithmetic either way.
+  const bool fold = n_tok == 1;
   be.embed({.table = w_.token_embd, .tokens = tok_->as<int32_t>(), .n_tok = n_tok, .out = x});
-  be.rms_norm({.x = x, .weight = w_.layers[0].attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
+  if (!fold)
+    be.rms_norm({.x = x, .weight = w_.layers[0].attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
-    // ---- attention block (xn = attn_norm(x) on entry) ----
-    be.attn_qkv({.x = xn, .wq = L.wq, .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv, .q = q, .k = k,
-                 .v = v, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
+    // ---- attention block (xn = attn_norm(x) on entry, or normed by attn_qkv) ----
+    be.attn_qkv({.x = fold ? x : xn, .norm = fold ? L.attn_norm : nullptr, .eps = c.rms_eps, .xn = xn, .wq = L.wq,
+                 .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv, .q = q, .k = k, .v = v, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
                  .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim, .kv_type = kv_.type(),
                  .seqs = seqs[il]});
     be.attention({.q = q, .sinks = L.sinks, .out = attn, .kv_type = kv_.type(), .n_head = c.n_head,
@@ -384,7 +389,9 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
                   .moe = {.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps,
                           .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b,
                           .out = proj, .n_tok = n_tok, .k = c.n_expert_used, .alpha = c.swiglu_alpha,
-                          .limit = c.swiglu_limit}});
+                          .limit = c.swiglu_limit},
+                  .accumulate = fold});
+    if (fold) continue;
     if (il + 1 < c.n_layer) {  // residual add fused with the next layer's attn_norm
       be.add_rms_norm({.y = x, .x = proj, .weight = w_.layers[il + 1].attn_norm, .out = xn, .n_rows = n_tok,
                        .n = c.n_embd, .eps = c.rms_eps});

@@ -333,8 +333,8 @@ class CudaBackend final : public Backend {
       return !(v && std::string(v) == "0");
     }();
     if (q8x_ && on && a.moe.n_tok == 1) {
-      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router), a.router_bias,
-                        a.logits, a.n_expert, moe_params(a.moe)};
+      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
+                        a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
       if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
                            block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;
@@ -351,7 +351,35 @@ class CudaBackend final : public Backend {
     if (updating_) return;
     launch_rms_norm({a.y, a.x, a.weight, a.out, a.n_rows, a.n, a.eps}, true, st_);
   }
-  void attn_qkv(const AttnQkvArgs& a) override {
+  // One token of one sequence in int8 mode: q/k/v with the norm folded in, weights
+  // loaded before the PDL wait (cuda_q8_pre.cu). The K/V storage is in the launch
+  // arguments: the graph is not updatable (as for the fused kernel below).
+  bool qkv_pre(const AttnQkvArgs& a) {
+    if (!q8x_ || a.n_tok != 1 || a.seqs.size() != 1 || a.pos == nullptr || !a.inv_freq) return false;
+    const auto seqs = seq_params(a.seqs);
+    const SeqP& s = seqs[0];
+    if (s.tok0 != 0 || s.n_tok != 1) return false;
+    const QkvPreP p{dev_weight(a.wq), dev_weight(a.wk), dev_weight(a.wv), a.bq, a.bk, a.bv, a.x, a.norm, a.eps, a.xn,
+                    a.q, a.k, a.v, a.pos, a.inv_freq, s.k, s.v, kv_addr(s), a.mscale,
+                    static_cast<int32_t>(a.n_head), static_cast<int32_t>(a.n_head_kv),
+                    static_cast<int32_t>(a.head_dim)};
+    if (!launch_qkv_pre(p, a.kv_type, st_)) return false;
+    if (recording_) recording_->updatable = false;
+    return true;
+  }
+  void attn_qkv(const AttnQkvArgs& in) override {
+    if (in.norm) {  // the input is the residual: norm it (fused for one token)
+      if (!updating_ && qkv_pre(in)) return;
+      if (!updating_)
+        launch_rms_norm({const_cast<float*>(in.x), nullptr, in.norm, in.xn, in.n_tok, in.wq.ne[0], in.eps}, false, st_);
+      AttnQkvArgs a = in;
+      a.x = in.xn;
+      a.norm = nullptr;
+      attn_qkv(a);
+      return;
+    }
+    if (!updating_ && qkv_pre(in)) return;
+    const AttnQkvArgs& a = in;
     // The fused kernel serves one sequence with its KV storage in the launch arguments;
     // a graph update checks the composed form (whose KV store fails it unless batched).
     // Several tokens: q / k / v + rope + store. The three projections in one launch where

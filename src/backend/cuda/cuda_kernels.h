@@ -141,7 +141,18 @@ struct MoeBlockP {
   float* y; const float* add; const float* norm; float eps; float* xn;
   DevW router; const float* router_bias; float* logits; int64_t n_expert;
   MoeP moe;
+  bool accumulate;  // y += the experts' output instead of moe.out = it
 };
+// q/k/v + bias + RoPE + K/V store of one token of one sequence, the input normed first
+// when norm is set (x: the residual; block 0 writes xn), weights loaded before the PDL
+// wait (cuda_q8_pre.cu). false where it does not apply.
+struct QkvPreP {
+  DevW wq, wk, wv; const float* bq; const float* bk; const float* bv;
+  const float* x; const float* norm; float eps; float* xn;
+  float* q; float* k; float* v; const int32_t* pos; const float* inv_freq;
+  void* kc; void* vc; KvAddr kv; float mscale; int32_t n_head, n_head_kv, head_dim;
+};
+bool launch_qkv_pre(const QkvPreP& p, DType kv_type, cudaStream_t st);
 int64_t moe_block_scratch_bytes(const MoeBlockP& a);
 int64_t moe_block_counters(const MoeBlockP& a);
 // false where the fused kernels do not apply (the caller composes the ops); counters:

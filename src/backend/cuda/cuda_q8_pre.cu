@@ -11,7 +11,7 @@
 //      the residual (only once every block has read it), xn and its int8 copy (Q8_0 per
 //      32, MXFP4 order for MXFP4 experts), and picks the top k (router_topk_warp).
 //   2. gate/up, a warp per (slot, ff row), 4 per block: both rows and the int8 x in flight
-//      together; the SwiGLU output goes out in f32, and the last of the 8 blocks of a
+//      together; the SwiGLU output goes out in f32, and the last of the 32 warps of a
 //      32-row group (ticket) quantizes the group (act_q, act_d).
 //   3. down: the four experts' rows load before the wait (the ids come from kernel 1, two
 //      kernels back); after it the block copies the int8 activations to shared memory.
@@ -62,6 +62,15 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   if (!live) return;
   const float a = warp_sum(frag_dot<TYPE, C>(f, xq, xd, frag_chunks<TYPE>(n), lane));
   if (lane == 0) y[r] = a + b;
+}
+
+// Ticket for "the last one to finish does the rest": the release makes this thread's
+// earlier writes visible to whoever draws the last ticket, the acquire makes everyone's
+// visible to it (its block's other threads see them after a barrier).
+__device__ __forceinline__ unsigned ticket_acq_rel(unsigned* c) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+  return old;
 }
 
 __device__ __forceinline__ float block_sum256(float v, float* sh) {
@@ -126,12 +135,10 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
   dot = block_sum256(dot, red);
   if (threadIdx.x == 0) {
     p.logits[e] = dot + (p.router_bias ? p.router_bias[e] : 0.f);
-    __threadfence();
-    last = atomicAdd(&counters[0], 1u) == gridDim.x - 1;
+    last = ticket_acq_rel(&counters[0]) == gridDim.x - 1;
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   for (int i = threadIdx.x; i < p.n_expert; i += kThreads) lg[i] = __ldcg(p.logits + i);
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
@@ -151,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
 }
 
 // grid (n_ff / 4, k), 4 warps: warp w owns ff row 4 b + w of slot blockIdx.y.
-// counters: one per (slot, 32-row group), the ticket of the group's 8 blocks.
+// counters: one per (slot, 32-row group), the ticket of the group's 32 warps.
 template <int TYPE, int C>
 __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
                                                                      const float* __restrict__ ub,
@@ -160,8 +167,6 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
                                                                      const int32_t* __restrict__ ids, float* act,
                                                                      int8_t* act_q, float* act_d, unsigned* counters,
                                                                      float alpha, float limit) {
-  constexpr int kPerGroup = 32 / kGuRows;
-  __shared__ bool last;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
@@ -175,20 +180,16 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   const int nc = frag_chunks<TYPE>(gate.n_in);
   const float gv = warp_sum(frag_dot<TYPE, C>(g, xq, xd, nc, lane));
   const float uv = warp_sum(frag_dot<TYPE, C>(u, xq, xd, nc, lane));
+  const int64_t grp = slot * (n_ff / 32) + r / 32;
+  unsigned ticket = 0;
   if (lane == 0) {
     act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
-    __threadfence();  // visible to the group's last block before this block's ticket
+    ticket = ticket_acq_rel(&counters[grp]);  // one per row: the group's 32nd quantizes it
   }
-  __syncthreads();
-  const int64_t grp = slot * (n_ff / 32) + blockIdx.x / kPerGroup;
-  if (threadIdx.x == 0) {
-    last = atomicAdd(&counters[grp], 1u) == kPerGroup - 1;
-  }
-  __syncthreads();
-  if (!last || warp != 0) return;
-  __threadfence();
+  if (__shfl_sync(0xffffffffu, ticket, 0) != 31u) return;
+  __syncwarp();
   // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
-  const int64_t g0 = (blockIdx.x / kPerGroup) * 32;
+  const int64_t g0 = r / 32 * 32;
   const float v = __ldcg(act + slot * n_ff + g0 + lane);
   float amax = fabsf(v);
 #pragma unroll
@@ -211,7 +212,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
                                                                 const int8_t* __restrict__ act_q,
                                                                 const float* __restrict__ act_d,
                                                                 const int32_t* __restrict__ ids,
-                                                                const float* __restrict__ wts, float* out) {
+                                                                const float* __restrict__ wts, float* out,
+                                                                bool accumulate) {
   constexpr int K = 4;
   extern __shared__ __align__(16) uint8_t smem[];
   const int n = static_cast<int>(down.n_in);  // n_ff
@@ -245,7 +247,102 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
   float sum = 0.f;
 #pragma unroll
   for (int j = 0; j < K; ++j) sum += wts[j] * (warp_sum(part[j]) + b[j]);
-  if (lane == 0) out[r] = sum;
+  if (lane == 0) out[r] = accumulate ? out[r] + sum : sum;
+}
+
+__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
+
+// grid (ceil(units / 8)), a warp per unit = (q / k / v head, pair j): rows j and j + half
+// of the head, as qkv_kernel (cuda_attention.cu) for one token. Both rows load before the
+// wait; after it every block norms the residual itself when p.norm is set (block 0 writes
+// xn) and quantizes x into shared memory; then bias, RoPE and the K / V store.
+template <int TYPE, int C, class KV>
+__global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ float red[kWarps];
+  const int n = static_cast<int>(p.wq.n_in), n4 = n / 4;
+  float* xf = reinterpret_cast<float*>(smem);            // [n] the normed input
+  int8_t* xq = reinterpret_cast<int8_t*>(smem + 4 * n);  // [n]
+  float* xd = reinterpret_cast<float*>(smem + 5 * n);    // [n / 32]
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int half = p.head_dim / 2;
+  const int unit = blockIdx.x * kWarps + warp;
+  const bool live = unit < (p.n_head + 2 * p.n_head_kv) * half;
+  int hh = unit / half;
+  const int j = unit % half;
+  const int kind = hh >= p.n_head + p.n_head_kv ? 2 : hh >= p.n_head ? 1 : 0;  // q, k, v
+  // (by value with ternaries: a pointer into the kernel parameters would copy them to the stack)
+  const DevW w = kind == 0 ? p.wq : kind == 1 ? p.wk : p.wv;
+  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
+  float* dst = kind == 0 ? p.q : kind == 1 ? p.k : p.v;
+  const int nh = kind == 0 ? p.n_head : p.n_head_kv;
+  hh -= kind == 0 ? 0 : kind == 1 ? p.n_head : p.n_head + p.n_head_kv;
+  const int64_t r0 = static_cast<int64_t>(hh) * p.head_dim + j, r1 = r0 + half;
+  RowFrag<C> f0, f1;
+  float b0 = 0.f, b1 = 0.f, freq = 0.f;
+  if (live) {  // static: before the wait
+    frag_load<TYPE, C>(f0, w, r0, lane);
+    frag_load<TYPE, C>(f1, w, r1, lane);
+    if (bias) { b0 = bias[r0]; b1 = bias[r1]; }
+    freq = p.inv_freq[j];
+  }
+  float4 nw[kNormVec];
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int jj = threadIdx.x + i * kThreads;
+    nw[i] = p.norm && jj < n4 ? __ldg(reinterpret_cast<const float4*>(p.norm) + jj) : make_float4(1, 1, 1, 1);
+  }
+  pdl_wait();
+  pdl_trigger();
+  float4 v[kNormVec];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int jj = threadIdx.x + i * kThreads;
+    v[i] = jj < n4 ? reinterpret_cast<const float4*>(p.x)[jj] : make_float4(0, 0, 0, 0);
+    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  }
+  float inv = 1.f;
+  if (p.norm) {
+    ss = block_sum256(ss, red);
+    inv = 1.0f / sqrtf(ss / static_cast<float>(n) + p.eps);
+  }
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int jj = threadIdx.x + i * kThreads;
+    if (jj >= n4) continue;
+    const float4 xv = p.norm ? f4_scale(v[i], inv, nw[i]) : v[i];
+    reinterpret_cast<float4*>(xf)[jj] = xv;
+    if (p.norm && blockIdx.x == 0) reinterpret_cast<float4*>(p.xn)[jj] = xv;
+  }
+  __syncthreads();
+  quantize_x_smem<TYPE == kMX>(xf, n, xq, xd);
+  __syncthreads();
+  if (!live) return;
+  const int nc = frag_chunks<TYPE>(n);
+  const float a0 = warp_sum(frag_dot<TYPE, C>(f0, xq, xd, nc, lane));
+  const float a1 = warp_sum(frag_dot<TYPE, C>(f1, xq, xd, nc, lane));
+  if (lane != 0) return;
+  float x0 = a0 + b0, x1 = a1 + b1;
+  const int32_t pp = p.pos[0];
+  if (kind < 2) {
+    float sn, cs;
+    sincosf(static_cast<float>(pp) * freq, &sn, &cs);
+    cs *= p.mscale;
+    sn *= p.mscale;
+    const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+    x0 = y0;
+    x1 = y1;
+  }
+  dst[r0] = x0;
+  dst[r1] = x1;
+  if (kind > 0) {
+    const int64_t row = static_cast<int64_t>(nh) * p.head_dim, slot = p.kv.row(pp);
+    KV* c = static_cast<KV*>(kind == 1 ? p.kc : p.vc);
+    store_kv(c + slot * row + r0, x0);
+    store_kv(c + slot * row + r1, x1);
+  }
 }
 
 // BRASS_CUDA_PRE=0 turns these kernels off (A/B measurement knob).
@@ -313,7 +410,7 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   const size_t s3 = static_cast<size_t>(4 * n_ff + 4 * (n_ff / 32) * 4);
   launch_pdl(moe_down_pre_kernel<TYPE, C>, dim3(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps)),
              dim3(kThreads), s3, st, m.down, m.down_bias, static_cast<const int8_t*>(s.act_q),
-             static_cast<const float*>(s.act_d), m.ids, m.weights, m.out);
+             static_cast<const float*>(s.act_d), m.ids, m.weights, a.accumulate ? a.y : m.out, a.accumulate);
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -327,7 +424,40 @@ bool block_t(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   }
 }
 
+template <int TYPE, int C>
+void qkv_pre_c(const QkvPreP& p, bool f16, cudaStream_t st) {
+  const int units = (p.n_head + 2 * p.n_head_kv) * (p.head_dim / 2);
+  const dim3 grid(static_cast<unsigned>((units + kWarps - 1) / kWarps));
+  const size_t sm = static_cast<size_t>(5 * p.wq.n_in + p.wq.n_in / 32 * 4);
+  if (f16)
+    launch_pdl(qkv_pre_kernel<TYPE, C, __half>, grid, dim3(kThreads), sm, st, p);
+  else
+    launch_pdl(qkv_pre_kernel<TYPE, C, float>, grid, dim3(kThreads), sm, st, p);
+}
+template <int TYPE>
+bool qkv_pre_t(const QkvPreP& p, bool f16, cudaStream_t st) {
+  switch (frag_size(frag_chunks<TYPE>(p.wq.n_in))) {
+    case 1: qkv_pre_c<TYPE, 1>(p, f16, st); return true;
+    case 3: qkv_pre_c<TYPE, 3>(p, f16, st); return true;
+    case 6: qkv_pre_c<TYPE, 6>(p, f16, st); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
+
+bool launch_qkv_pre(const QkvPreP& p, DType kv_type, cudaStream_t st) {
+  const int64_t n = p.wq.n_in;
+  if (!pre_on() || p.wq.type != p.wk.type || p.wq.type != p.wv.type || p.wk.n_in != n || p.wv.n_in != n ||
+      n % 32 != 0 || n > 4 * kNormVec * kThreads || p.head_dim % 2 != 0 || 5 * n + n / 8 > 40 * 1024 ||
+      (kv_type != DType::F16 && kv_type != DType::F32))
+    return false;
+  bool done = false;
+  if (p.wq.type == kQ8) done = qkv_pre_t<kQ8>(p, kv_type == DType::F16, st);
+  else if (p.wq.type == kMX) done = qkv_pre_t<kMX>(p, kv_type == DType::F16, st);
+  if (done) BRASS_CUDA_LAUNCHED();
+  return done;
+}
 
 bool launch_matvec_pre(const MatmulP& a, cudaStream_t st) {
   if (!pre_on() || a.n_tok != 1 || a.w.n_in % 32 != 0 || xq_smem(a.w.n_in) > 40 * 1024) return false;
