@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -280,6 +281,396 @@ __global__ void attn_combine_multi_kernel(const AttnParams* __restrict__ table, 
 // block of work per split at full depth, at most 64 (the combine reads every split).
 int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1, 64); }
 
+// ---- one sequence, one token (decode): one launch per layer ----
+// The split + combine pair above is a chain of dependent global round trips (per key the
+// block-table entry, then K; V in batches of 8 keys, each a new round trip; then a second
+// launch for the combine): ~15 + 3.4 us per layer at depth 20 on the H200, ~25 us at 4096.
+// attn_decode_kernel: grid (n_head_kv, n_splits), kDecWarps warps. A key's row is read by
+// G = D / 8 consecutive lanes, 8 dimensions each (one 16-byte load for f16), K and V
+// together, so a lane holds the same dims of K (scores) and V (values); a warp takes
+// KG = 32 / G keys side by side and kDecU of them per lane. A tile (kDecWarps * KG * kDecU
+// keys) interleaves the warps key by key, so a short history spreads over every warp, and
+// it issues all its loads (block-table entries, then every K and V chunk) before any math:
+// one memory round trip. Scores: partial dot products over the lane's 8 dims for the
+// group's n_rep heads, summed across the G lanes by a reduce-scatter (each step halves the
+// heads a lane keeps: 7 shuffles instead of 24 for G = 8). The probabilities go through
+// shared memory to the lanes' V dims. The block merges its warps; with one used split
+// (short histories, sliding layers) it writes `out` itself, otherwise it writes a partial
+// (m, l, acc) and the last block of its kv head to finish (an atomic ticket, reset by that
+// block so a captured graph replays) merges the used splits with the sink: no second launch.
+// Splits: at least a tile of keys each (BRASS_CUDA_ATTN_SPLIT_KEYS overrides), at most one
+// wave of blocks (BRASS_CUDA_ATTN_DEC_SPLITS overrides): a block's tiles then follow each
+// other on its SM instead of queueing as further blocks, and the merge reads few partials.
+constexpr int kDecWarps = 8, kDecU = 4;
+// Ticket counters (one per kv head) at the start of the attention scratch, ahead of the
+// partials: zeroed with the scratch when it is allocated, back at zero after every launch.
+constexpr int kTicketSlots = 256;
+constexpr int kDecMaxSplits = 64;
+constexpr int kDecRegSplits = 16;  // the last block's merge holds this many splits in registers
+__host__ __device__ constexpr int dec_tile(int d) { return kDecWarps * (kWarp / (d / 8)) * kDecU; }
+
+template <class KV>
+struct Raw8;  // 8 consecutive K or V elements as loaded
+template <>
+struct Raw8<__half> { uint4 u; };
+template <>
+struct Raw8<float> { float4 a, b; };
+__device__ __forceinline__ void raw_load(Raw8<__half>& r, const __half* p) { r.u = *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ void raw_load(Raw8<float>& r, const float* p) {
+  r.a = *reinterpret_cast<const float4*>(p);
+  r.b = *reinterpret_cast<const float4*>(p + 4);
+}
+__device__ __forceinline__ void raw_zero(Raw8<__half>& r) { r.u = make_uint4(0u, 0u, 0u, 0u); }
+__device__ __forceinline__ void raw_zero(Raw8<float>& r) { r.a = r.b = make_float4(0.f, 0.f, 0.f, 0.f); }
+__device__ __forceinline__ void raw_float(const Raw8<__half>& r, float* f) {
+  const __half2* h = reinterpret_cast<const __half2*>(&r.u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __half22float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+__device__ __forceinline__ void raw_float(const Raw8<float>& r, float* f) {
+  f[0] = r.a.x; f[1] = r.a.y; f[2] = r.a.z; f[3] = r.a.w; f[4] = r.b.x; f[5] = r.b.y; f[6] = r.b.z; f[7] = r.b.w;
+}
+__device__ __forceinline__ void f4_to(float* f, float4 a, float4 b) {
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+// p.partial: this launch's (n_head, n_splits, D + 2) partials; p.min_keys: keys a used
+// split gets at least; tickets: n_head_kv counters. (No register cap: ~190 registers, one
+// block of 8 warps per SM; a cap of 128 spilled.)
+template <int D, class KV>
+__global__ void __launch_bounds__(kDecWarps * kWarp, 1)
+    attn_decode_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
+  constexpr int G = D / 8, KG = kWarp / G, U = kDecU;
+  static_assert(D % 16 == 0 && G >= 2 && G <= kWarp / 2, "head_dim 16..128");
+  constexpr int L = G >= 8 ? 3 : (G == 4 ? 2 : 1);  // reduce-scatter steps: log2(min(G, kMaxRep))
+  constexpr int NH = kMaxRep >> L;                  // heads a lane holds after them
+  constexpr int kStride = kDecWarps * KG;           // keys between a lane's u and u + 1
+  constexpr int kTile = kStride * U;
+  constexpr int kThreads = kDecWarps * kWarp;
+  static_assert(kTile == dec_tile(D), "tile");
+  __shared__ __align__(16) float qs[kMaxRep][D];                 // q of the group, pre-scaled
+  __shared__ __align__(16) float pw[kDecWarps][U][KG][kMaxRep];  // a tile's probabilities
+  __shared__ __align__(16) float cw[kDecWarps][kMaxRep];         // a tile's rescale factors
+  __shared__ float wm[kDecWarps][kMaxRep], wl[kDecWarps][kMaxRep];
+  __shared__ __align__(16) float wacc[kDecWarps][kMaxRep][D];
+  __shared__ float sk[kMaxRep];  // sinks (-inf: none)
+  __shared__ bool last;
+
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int kg = lane / G, j = lane % G;  // key group in the warp, 8-dim chunk of the row
+  // The sinks are weights: read while the previous kernel may still run. Everything else
+  // (q, pos, the cache) is written by earlier kernels: only after pdl_wait.
+  if (tid < kMaxRep) sk[tid] = sinks && tid < n_rep ? sinks[g * n_rep + tid] : -INFINITY;
+  pdl_wait();
+  pdl_trigger();
+  // pos and q in one round trip (q does not depend on pos): one float4 per thread.
+  const int32_t pq = p.pos ? p.pos[0] : p.pos0;
+  const bool has_q = tid < n_rep * D / 4;
+  float4 qv = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (has_q) qv = reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(g) * n_rep * D)[tid];
+  const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
+  const int32_t n_keys = pq - lo + 1;
+  const int32_t per = split_keys(n_keys, p.n_splits, p.min_keys);
+  const int used = (n_keys + per - 1) / per;
+  const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
+  if (k0 >= k1) return;  // an empty split (short history): takes no ticket
+  if (has_q) {
+    qv.x *= p.scale; qv.y *= p.scale; qv.z *= p.scale; qv.w *= p.scale;
+    reinterpret_cast<float4*>(&qs[0][0])[tid] = qv;  // (q's rows of D floats, like qs[r])
+  }
+  __syncthreads();
+
+  const int64_t kv_row = static_cast<int64_t>(p.n_head_kv) * D;
+  const KV* kb = static_cast<const KV*>(p.k) + g * D + j * 8;
+  const KV* vb = static_cast<const KV*>(p.v) + g * D + j * 8;
+  int hb = 0;  // after the reduce-scatter a lane holds heads hb .. hb + NH - 1
+#pragma unroll
+  for (int st = 0; st < L; ++st)
+    if (lane & ((G / 2) >> st)) hb += (kMaxRep / 2) >> st;
+  float m_run[NH], l_run[NH], acc[kMaxRep][8];  // l, acc: this lane's keys only (summed at the end)
+#pragma unroll
+  for (int i = 0; i < NH; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.f;
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxRep; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.f;
+
+  for (int32_t kt = k0; kt < k1; kt += kTile) {
+    // Slices u < nu hold keys of this warp (a prefix: keys grow with u); warp-uniform, so
+    // a short history costs the math of its keys only.
+    const int32_t first = kt + warp * KG;
+    if (first >= k1) break;
+    const int nu = min(U, (k1 - first + kStride - 1) / kStride);
+    bool valid[U];
+    int64_t row[U];
+    Raw8<KV> kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // each key's block-table entry once, for K and V
+      const int32_t key = first + u * kStride + kg;
+      valid[u] = key < k1;
+      row[u] = valid[u] ? p.kv.row(key) * kv_row : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (valid[u]) {
+        raw_load(kr[u], kb + row[u]);
+        raw_load(vr[u], vb + row[u]);
+      } else {
+        raw_zero(kr[u]);
+        raw_zero(vr[u]);
+      }
+    }
+    // Partial scores over this lane's 8 dims, every head of the group (heads past n_rep: 0).
+    float s[U][kMaxRep];
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) s[u][r] = 0.f;
+      if (r < n_rep) {
+        float q8[8];
+        f4_to(q8, *reinterpret_cast<const float4*>(&qs[r][j * 8]), *reinterpret_cast<const float4*>(&qs[r][j * 8 + 4]));
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (u < nu) {
+            float kf[8];
+            raw_float(kr[u], kf);
+            float a = 0.f;
+#pragma unroll
+            for (int c = 0; c < 8; ++c) a += q8[c] * kf[c];
+            s[u][r] = a;
+          }
+        }
+      }
+    }
+    // Reduce-scatter over the G lanes of a key: step st exchanges half of the remaining
+    // heads with the lane (G / 2) >> st away; then (G = 16) a plain sum of the last one.
+#pragma unroll
+    for (int st = 0; st < L; ++st) {
+      const int o = (G / 2) >> st, half = (kMaxRep / 2) >> st;
+      const bool hi = lane & o;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u < nu) {
+#pragma unroll
+          for (int i = 0; i < kMaxRep / 2; ++i) {
+            if (i < half) {
+              const float send = hi ? s[u][i] : s[u][i + half];
+              const float keep = hi ? s[u][i + half] : s[u][i];
+              s[u][i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int o = (G / 2) >> L; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < nu)
+#pragma unroll
+          for (int i = 0; i < NH; ++i) s[u][i] += __shfl_xor_sync(0xffffffffu, s[u][i], o);
+    // Online softmax per head over the warp's keys of this tile (max across key groups).
+#pragma unroll
+    for (int i = 0; i < NH; ++i) {
+      float mt = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < nu && valid[u]) mt = fmaxf(mt, s[u][i]);
+#pragma unroll
+      for (int o = G; o < kWarp; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+      const float m_new = fmaxf(m_run[i], mt);  // finite: slice 0 holds a key of this warp
+      const float corr = m_run[i] == -INFINITY ? 0.f : __expf(m_run[i] - m_new);
+      float ls = 0.f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u < nu) {
+          const float pr = valid[u] ? __expf(s[u][i] - m_new) : 0.f;
+          ls += pr;
+          pw[warp][u][kg][hb + i] = pr;
+        }
+      }
+      l_run[i] = l_run[i] * corr + ls;
+      m_run[i] = m_new;
+      if (kg == 0) cw[warp][hb + i] = corr;
+    }
+    __syncwarp();
+    // Values: acc[r][c] = acc[r][c] * corr[r] + sum over the lane's keys of p(key, r) V[key][8 j + c].
+    float cr[kMaxRep];
+    f4_to(cr, *reinterpret_cast<const float4*>(&cw[warp][0]), *reinterpret_cast<const float4*>(&cw[warp][4]));
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r)
+      if (r < n_rep)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] *= cr[r];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u < nu) {
+        float vf[8], pu[kMaxRep];
+        raw_float(vr[u], vf);
+        f4_to(pu, *reinterpret_cast<const float4*>(&pw[warp][u][kg][0]),
+              *reinterpret_cast<const float4*>(&pw[warp][u][kg][4]));
+#pragma unroll
+        for (int r = 0; r < kMaxRep; ++r)
+          if (r < n_rep)
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[r][c] += pu[r] * vf[c];
+      }
+    }
+    __syncwarp();  // pw / cw are rewritten by the next tile
+  }
+
+  // Sum the key groups of the warp (they share the running max), then merge the warps.
+#pragma unroll
+  for (int o = G; o < kWarp; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < NH; ++i) l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], o);
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r)
+      if (r < n_rep)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o);
+  }
+  if (kg == 0) {
+#pragma unroll
+    for (int i = 0; i < NH; ++i) {
+      wm[warp][hb + i] = m_run[i];
+      wl[warp][hb + i] = l_run[i];
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r)
+      if (r < n_rep) {
+        *reinterpret_cast<float4*>(&wacc[warp][r][j * 8]) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        *reinterpret_cast<float4*>(&wacc[warp][r][j * 8 + 4]) = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+      }
+  }
+  __syncthreads();
+
+  const int h0 = g * n_rep;
+  if (used == 1) {  // the only split: out = the block's merge with the sink
+    for (int i = tid; i < n_rep * D; i += kThreads) {
+      const int r = i / D, d = i % D;
+      float M = sk[r];
+      for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
+      float den = sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
+      for (int w = 0; w < kDecWarps; ++w) {
+        if (wm[w][r] == -INFINITY) continue;  // a warp without keys
+        const float f = __expf(wm[w][r] - M);
+        den += f * wl[w][r];
+        num += f * wacc[w][r][d];
+      }
+      p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+    }
+    return;
+  }
+  // This split's partial (m, l, acc) per head, laid out as attn_split_body writes it.
+  for (int i = tid; i < n_rep * (D + 2); i += kThreads) {
+    const int r = i / (D + 2), e = i % (D + 2);
+    float M = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
+    float v = 0.f;
+    if (e == 0) {
+      v = M;
+    } else {
+      for (int w = 0; w < kDecWarps; ++w) {
+        if (wm[w][r] == -INFINITY) continue;
+        const float f = __expf(wm[w][r] - M);
+        v += f * (e == 1 ? wl[w][r] : wacc[w][r][e - 2]);
+      }
+    }
+    p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
+  }
+  __threadfence();  // each thread's partial writes, before the ticket below
+  __syncthreads();
+  if (tid == 0) {
+    last = atomicAdd(&tickets[g], 1u) == static_cast<unsigned>(used - 1);
+    if (last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The last block: combine_splits' math over the used splits (the max with the sink, then
+  // the exp-weighted sums). Partials are read through L2 (__ldcg): other SMs wrote them.
+  // Up to kDecRegSplits splits (the usual wave cap), every load of a thread at once.
+  for (int i = tid; i < n_rep * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    const float* pp = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2);
+    float M = sk[r], den, num = 0.f;
+    if (used <= kDecRegSplits) {
+      float ms[kDecRegSplits], ls[kDecRegSplits], as[kDecRegSplits];
+#pragma unroll
+      for (int s = 0; s < kDecRegSplits; ++s) {
+        ms[s] = s < used ? __ldcg(pp + s * (D + 2)) : -INFINITY;
+        ls[s] = s < used ? __ldcg(pp + s * (D + 2) + 1) : 0.f;
+        as[s] = s < used ? __ldcg(pp + s * (D + 2) + 2 + d) : 0.f;
+      }
+#pragma unroll
+      for (int s = 0; s < kDecRegSplits; ++s) M = fmaxf(M, ms[s]);
+      den = sinks ? __expf(sk[r] - M) : 0.f;
+#pragma unroll
+      for (int s = 0; s < kDecRegSplits; ++s) {
+        if (ms[s] == -INFINITY) continue;
+        const float f = __expf(ms[s] - M);
+        den += f * ls[s];
+        num += f * as[s];
+      }
+    } else {
+      for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(pp + s * (D + 2)));
+      den = sinks ? __expf(sk[r] - M) : 0.f;
+#pragma unroll 4
+      for (int s = 0; s < used; ++s) {
+        const float m_s = __ldcg(pp + s * (D + 2));
+        if (m_s == -INFINITY) continue;
+        const float f = __expf(m_s - M);
+        den += f * __ldcg(pp + s * (D + 2) + 1);
+        num += f * __ldcg(pp + s * (D + 2) + 2 + d);
+      }
+    }
+    p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+  }
+}
+
+// Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
+// (keys a used split gets at least; default one tile) and BRASS_CUDA_ATTN_DEC_SPLITS (most
+// splits per kv head; default one wave of blocks).
+static int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 0;
+}
+template <int D, class KV>
+static int dec_blocks_per_sm() {
+  static const int n = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_decode_kernel<D, KV>, kDecWarps * kWarp, 0) != cudaSuccess)
+      b = 1;
+    return std::max(1, b);
+  }();
+  return n;
+}
+template <int D>
+static int32_t dec_min_keys() {
+  static const int env_keys = env_int("BRASS_CUDA_ATTN_SPLIT_KEYS");
+  return env_keys > 0 ? env_keys : dec_tile(D);
+}
+template <int D>
+static int dec_splits(const AttentionP& a, const SeqP& s) {
+  static const int env_splits = env_int("BRASS_CUDA_ATTN_DEC_SPLITS");
+  const int32_t min_keys = dec_min_keys<D>();
+  const int per_sm = a.kv_type == DType::F16 ? dec_blocks_per_sm<D, __half>() : dec_blocks_per_sm<D, float>();
+  const int64_t wave = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sm_count() / a.n_head_kv);
+  const int64_t cap = std::min<int64_t>(kDecMaxSplits, env_splits > 0 ? env_splits : wave);
+  const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
+  return static_cast<int>(std::clamp<int64_t>((max_keys + min_keys - 1) / min_keys, 1, cap));
+}
+
 template <class KV>
 __global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, KV* kc, KV* vc,
                                 const int32_t* pos, int32_t pos0, KvAddr kv, int64_t row) {
@@ -458,11 +849,33 @@ void launch_kv_store(const KvStoreP& a, cudaStream_t st) {
   }
 }
 
+// The attention scratch: kTicketSlots ticket counters (as unsigned), then the partials.
+// Both launchers below skip the counters, so they stay at zero between launches.
+// (BRASS_CUDA_ATTN_DECODE=0: decode tokens take the split + combine pair too; measurement knob.)
+static bool use_decode_kernel(const AttentionP& a, const SeqP& s) {
+  static const bool on = [] {
+    const char* v = std::getenv("BRASS_CUDA_ATTN_DECODE");
+    return !(v && std::string(v) == "0");
+  }();
+  return on && s.n_tok == 1 && a.n_head_kv <= kTicketSlots;
+}
+
+// Splits of one sequence's launch (decode kernel or split kernel).
+static int64_t seq_splits(const AttentionP& a, const SeqP& s) {
+  if (!use_decode_kernel(a, s)) return s.n_tok * n_splits_for(s.capacity);
+  switch (a.head_dim) {
+    case 16: return dec_splits<16>(a, s);
+    case 32: return dec_splits<32>(a, s);
+    case 64: return dec_splits<64>(a, s);
+    case 128: return dec_splits<128>(a, s);
+    default: return 1;  // (launch_attention refuses the head_dim)
+  }
+}
+
 int64_t attention_scratch_floats(const AttentionP& a) {
   int64_t need = 0;
-  for (const SeqP& s : a.seqs)
-    need = std::max<int64_t>(need, s.n_tok * a.n_head * n_splits_for(s.capacity) * (a.head_dim + 2));
-  return need;
+  for (const SeqP& s : a.seqs) need = std::max<int64_t>(need, a.n_head * seq_splits(a, s) * (a.head_dim + 2));
+  return kTicketSlots + need;
 }
 
 // The split kernel's parameters for one sequence of a call (partial: its scratch).
@@ -487,9 +900,23 @@ static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* par
 }
 
 template <int D>
-static void attention_d(const AttentionP& a, float* partial, cudaStream_t st) {
+static void attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
+  unsigned* tickets = reinterpret_cast<unsigned*>(scratch);
+  float* partial = scratch + kTicketSlots;
   for (const SeqP& s : a.seqs) {
     if (s.n_tok <= 0) continue;
+    if (use_decode_kernel(a, s)) {  // one decode token: one launch (after the previous kernel's tail, PDL)
+      AttnParams p = seq_attn_params(a, s, partial);
+      p.n_splits = dec_splits<D>(a, s);
+      p.min_keys = dec_min_keys<D>();
+      const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits));
+      if (a.kv_type == DType::F16)
+        launch_pdl(attn_decode_kernel<D, __half>, grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
+      else
+        launch_pdl(attn_decode_kernel<D, float>, grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
+      BRASS_CUDA_LAUNCHED();
+      continue;
+    }
     const AttnParams p = seq_attn_params(a, s, partial);
     dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits), static_cast<unsigned>(s.n_tok));
     if (a.kv_type == DType::F16)
@@ -504,17 +931,17 @@ static void attention_d(const AttentionP& a, float* partial, cudaStream_t st) {
   }
 }
 
-void launch_attention(const AttentionP& a, float* partial, cudaStream_t st) {
+void launch_attention(const AttentionP& a, float* scratch, cudaStream_t st) {
   if (a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) {
     std::fprintf(stderr, "cuda attention: n_head / n_head_kv = %lld / %lld is not supported (max %d)\n",
                  static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv), kMaxRep);
     std::abort();
   }
   switch (a.head_dim) {
-    case 16: attention_d<16>(a, partial, st); break;
-    case 32: attention_d<32>(a, partial, st); break;
-    case 64: attention_d<64>(a, partial, st); break;
-    case 128: attention_d<128>(a, partial, st); break;
+    case 16: attention_d<16>(a, scratch, st); break;
+    case 32: attention_d<32>(a, scratch, st); break;
+    case 64: attention_d<64>(a, scratch, st); break;
+    case 128: attention_d<128>(a, scratch, st); break;
     default:
       std::fprintf(stderr, "cuda attention: head_dim %lld is not supported (16, 32, 64, 128)\n",
                    static_cast<long long>(a.head_dim));
@@ -554,7 +981,7 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
 int64_t attention_multi_scratch_floats(const AttentionP& a) {
   int64_t need = 0;
   for (const SeqP& s : a.seqs) need += a.n_head * n_splits_for(s.capacity) * (a.head_dim + 2);
-  return need;
+  return kTicketSlots + need;  // (the single-sequence launch's ticket counters come first)
 }
 
 // Splits per sequence of a batched launch: the sequences already give n_seq * n_head_kv
@@ -599,8 +1026,9 @@ static void attention_multi_d(const AttentionP& a, float* partial, TablePut& put
   BRASS_CUDA_LAUNCHED();
 }
 
-bool launch_attention_multi(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st) {
+bool launch_attention_multi(const AttentionP& a, float* scratch, TablePut& put, cudaStream_t st) {
   if (!all_single(a.seqs) || a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) return false;
+  float* partial = scratch + kTicketSlots;  // (leaves the ticket counters alone)
   switch (a.head_dim) {
     case 16: attention_multi_d<16>(a, partial, put, st); return true;
     case 32: attention_multi_d<32>(a, partial, put, st); return true;
