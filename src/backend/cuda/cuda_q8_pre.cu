@@ -11,7 +11,7 @@
 //      the residual (only once every block has read it), xn and its int8 copy (Q8_0 per
 //      32, MXFP4 order for MXFP4 experts), and picks the top k (router_topk_warp).
 //   2. gate/up, a warp per (slot, ff row), 4 per block: both rows and the int8 x in flight
-//      together; the SwiGLU output goes out in f32, and the last of the 32 warps of a
+//      together; the SwiGLU output goes out in f32, and the last of the 8 blocks of a
 //      32-row group (ticket) quantizes the group (act_q, act_d).
 //   3. down: the four experts' rows load before the wait (the ids come from kernel 1, two
 //      kernels back); after it the block copies the int8 activations to shared memory.
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
 }
 
 // grid (n_ff / 4, k), 4 warps: warp w owns ff row 4 b + w of slot blockIdx.y.
-// counters: one per (slot, 32-row group), the ticket of the group's 32 warps.
+// counters: one per (slot, 32-row group), the ticket of the group's 8 blocks.
 template <int TYPE, int C>
 __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
                                                                      const float* __restrict__ ub,
@@ -167,6 +167,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
                                                                      const int32_t* __restrict__ ids, float* act,
                                                                      int8_t* act_q, float* act_d, unsigned* counters,
                                                                      float alpha, float limit) {
+  __shared__ bool last;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
@@ -180,14 +181,14 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   const int nc = frag_chunks<TYPE>(gate.n_in);
   const float gv = warp_sum(frag_dot<TYPE, C>(g, xq, xd, nc, lane));
   const float uv = warp_sum(frag_dot<TYPE, C>(u, xq, xd, nc, lane));
+  if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
+  // One ticket per block (the release is cumulative over the barrier): the group's 8th
+  // block quantizes it. (A ticket per warp, 32 atomics on one counter, measured slower.)
   const int64_t grp = slot * (n_ff / 32) + r / 32;
-  unsigned ticket = 0;
-  if (lane == 0) {
-    act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
-    ticket = ticket_acq_rel(&counters[grp]);  // one per row: the group's 32nd quantizes it
-  }
-  if (__shfl_sync(0xffffffffu, ticket, 0) != 31u) return;
-  __syncwarp();
+  __syncthreads();
+  if (threadIdx.x == 0) last = ticket_acq_rel(&counters[grp]) == 32 / kGuRows - 1;
+  __syncthreads();
+  if (!last || warp != 0) return;
   // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
   const int64_t g0 = r / 32 * 32;
   const float v = __ldcg(act + slot * n_ff + g0 + lane);
