@@ -9,12 +9,17 @@
 // a lane owns head dimensions. Online softmax per warp (running max, rescaled sums),
 // then the warps merge in shared memory and write one partial (m, l, acc) per split;
 // a combine kernel merges the splits with the sink logit (max and denominator only).
+// One decode token of one sequence (the usual decode step) has its own one-launch kernels
+// instead (attn_decode_tc_kernel for f16 caches, attn_decode_kernel for f32): tiles whose
+// loads all go out before any math, the split merge folded into the last block to finish.
+// Batched decode (many one-token sequences) keeps the split + combine pair, one launch each.
 // Every kernel here finds a position's K/V row through KvAddr (cuda_kernels.h): a block
 // of a shared paged pool (full-attention layers), a ring slot, or a linear slot.
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -284,58 +289,150 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 // ---- one sequence, one token (decode): one launch per layer ----
 // The split + combine pair above is a chain of dependent global round trips (per key the
 // block-table entry, then K; V in batches of 8 keys, each a new round trip; then a second
-// launch for the combine): ~15 + 3.4 us per layer at depth 20 on the H200, ~25 us at 4096.
-// attn_decode_kernel: grid (n_head_kv, n_splits), kDecWarps warps. A key's row is read by
-// G = D / 8 consecutive lanes, 8 dimensions each (one 16-byte load for f16), K and V
-// together, so a lane holds the same dims of K (scores) and V (values); a warp takes
-// KG = 32 / G keys side by side and kDecU of them per lane. A tile (kDecWarps * KG * kDecU
-// keys) interleaves the warps key by key, so a short history spreads over every warp, and
-// it issues all its loads (block-table entries, then every K and V chunk) before any math:
-// one memory round trip. Scores: partial dot products over the lane's 8 dims for the
-// group's n_rep heads, summed across the G lanes by a reduce-scatter (each step halves the
-// heads a lane keeps: 7 shuffles instead of 24 for G = 8). The probabilities go through
-// shared memory to the lanes' V dims. The block merges its warps; with one used split
-// (short histories, sliding layers) it writes `out` itself, otherwise it writes a partial
-// (m, l, acc) and the last block of its kv head to finish (an atomic ticket, reset by that
-// block so a captured graph replays) merges the used splits with the sink: no second launch.
+// launch for the combine): ~14 us per layer at depth 1, ~20 at 128 keys, ~24 at 4097 (H200,
+// ncu without cache flush). The decode kernels: grid (n_head_kv, n_splits), kDecWarps
+// warps, launched with PDL (the launch overlaps the q/k/v kernel's tail; everything but
+// the sinks is read after pdl_wait). A tile interleaves the warps key by key (a short
+// history spreads over every warp) and issues all its loads, each key's block-table entry
+// once for K and V, before any math: one memory round trip per tile. The block merges its
+// warps; with one used split (short histories, sliding layers) it writes `out` itself,
+// otherwise it writes a partial (m, l, acc) and the last block of its kv head to finish (an
+// atomic ticket, reset by that block so a captured graph replays) merges the used splits
+// with the sink (dec_finish): no second launch.
 // Splits: at least a tile of keys each (BRASS_CUDA_ATTN_SPLIT_KEYS overrides), at most one
 // wave of blocks (BRASS_CUDA_ATTN_DEC_SPLITS overrides): a block's tiles then follow each
-// other on its SM instead of queueing as further blocks, and the merge reads few partials.
+// other on its SM instead of queueing as further blocks. BRASS_CUDA_ATTN_DECODE=0 sends
+// decode tokens to the split + combine pair (measurement knobs).
+// attn_decode_kernel (CUDA cores; the f32 cache): a key's row is read by G = D / 8
+// consecutive lanes, 8 dimensions each, K and V together, so a lane holds the same dims
+// of K (scores) and V (values); a warp takes KG = 32 / G keys side by side and kDecU of
+// them per lane. Scores: partial dot products over the lane's 8 dims for the group's n_rep
+// heads, summed across the G lanes by a reduce-scatter (each step halves the heads a lane
+// keeps: 7 shuffles instead of 24 for G = 8). The probabilities go through shared memory
+// to the lanes' V dims. (It ran f16 caches too before the tensor-core kernel: 6.9 / 8.8 /
+// 12.9 / 19.5 us at depth 1 / 128 / 1000 / 4097 on the H200, compute-bound on the ~1,000
+// FMAs a key costs for 8 heads of 64 dims.)
 constexpr int kDecWarps = 8, kDecU = 4;
 // Ticket counters (one per kv head) at the start of the attention scratch, ahead of the
 // partials: zeroed with the scratch when it is allocated, back at zero after every launch.
 constexpr int kTicketSlots = 256;
 constexpr int kDecMaxSplits = 64;
-constexpr int kDecRegSplits = 16;  // the last block's merge holds this many splits in registers
 __host__ __device__ constexpr int dec_tile(int d) { return kDecWarps * (kWarp / (d / 8)) * kDecU; }
 
 template <class KV>
-struct Raw8;  // 8 consecutive K or V elements as loaded
-template <>
-struct Raw8<__half> { uint4 u; };
+struct Raw8;  // 8 consecutive K or V elements as loaded (the f32 cache: this kernel's only type)
 template <>
 struct Raw8<float> { float4 a, b; };
-__device__ __forceinline__ void raw_load(Raw8<__half>& r, const __half* p) { r.u = *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ void raw_load(Raw8<float>& r, const float* p) {
   r.a = *reinterpret_cast<const float4*>(p);
   r.b = *reinterpret_cast<const float4*>(p + 4);
 }
-__device__ __forceinline__ void raw_zero(Raw8<__half>& r) { r.u = make_uint4(0u, 0u, 0u, 0u); }
 __device__ __forceinline__ void raw_zero(Raw8<float>& r) { r.a = r.b = make_float4(0.f, 0.f, 0.f, 0.f); }
-__device__ __forceinline__ void raw_float(const Raw8<__half>& r, float* f) {
-  const __half2* h = reinterpret_cast<const __half2*>(&r.u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __half22float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
 __device__ __forceinline__ void raw_float(const Raw8<float>& r, float* f) {
   f[0] = r.a.x; f[1] = r.a.y; f[2] = r.a.z; f[3] = r.a.w; f[4] = r.b.x; f[5] = r.b.y; f[6] = r.b.z; f[7] = r.b.w;
 }
 __device__ __forceinline__ void f4_to(float* f, float4 a, float4 b) {
   f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+// Ticket for "the last split block to finish merges": acq_rel, see dec_finish.
+__device__ __forceinline__ unsigned dec_ticket(unsigned* c) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+  return old;
+}
+
+// The end of a decode block, after its warps wrote their (m, l, acc) to shared memory
+// (wm, wl, wacc: kDecWarps rows; sk: the sinks, -inf for none): with one used split, out
+// directly; otherwise this split's partial, a ticket, and for the last block of the kv
+// head the merge of the used splits with the sink.
+template <int D>
+__device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, const float* sk,
+                                           const float (*wm)[kMaxRep], const float (*wl)[kMaxRep],
+                                           const float (*wacc)[kMaxRep][D], unsigned* tickets, int used, bool* last) {
+  constexpr int kThreads = kDecWarps * kWarp;
+  const int g = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int h0 = g * n_rep;
+  if (used == 1) {  // the only split: out = the block's merge with the sink
+    for (int i = tid; i < n_rep * D; i += kThreads) {
+      const int r = i / D, d = i % D;
+      float M = sk[r];
+      for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
+      float den = has_sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
+      for (int w = 0; w < kDecWarps; ++w) {
+        if (wm[w][r] == -INFINITY) continue;  // a warp without keys
+        const float f = __expf(wm[w][r] - M);
+        den += f * wl[w][r];
+        num += f * wacc[w][r][d];
+      }
+      p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+    }
+    return;
+  }
+  // This split's partial (m, l, acc) per head, laid out as attn_split_body writes it.
+  for (int i = tid; i < n_rep * (D + 2); i += kThreads) {
+    const int r = i / (D + 2), e = i % (D + 2);
+    float M = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
+    float v = 0.f;
+    if (e == 0) {
+      v = M;
+    } else {
+      for (int w = 0; w < kDecWarps; ++w) {
+        if (wm[w][r] == -INFINITY) continue;
+        const float f = __expf(wm[w][r] - M);
+        v += f * (e == 1 ? wl[w][r] : wacc[w][r][e - 2]);
+      }
+    }
+    p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
+  }
+  // Ticket: the barrier orders every thread's partial writes before thread 0's release;
+  // its acquire (with the barrier after it) orders the other splits' partials before the
+  // last block's reads. (A __threadfence in each of the 256 threads cost more.)
+  __syncthreads();
+  if (tid == 0) {
+    *last = dec_ticket(&tickets[g]) == static_cast<unsigned>(used - 1);
+    if (*last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
+  }
+  __syncthreads();
+  if (!*last) return;
+  // The last block: combine_splits' math over the used splits (the max with the sink, then
+  // the exp-weighted sums). Partials are read through L2 (__ldcg): other SMs wrote them.
+  // One round trip for the usual two outputs a thread: the splits' (m, l) go to shared
+  // memory while the first output's values load, all splits at once.
+  __shared__ float pm[kMaxRep][kDecMaxSplits], pl[kMaxRep][kDecMaxSplits];
+  float av[kDecMaxSplits];
+  auto load_values = [&](int i) {
+    const int r = i / D, d = i % D;
+    const float* pp = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2) + 2 + d;
+#pragma unroll
+    for (int s = 0; s < kDecMaxSplits; ++s) av[s] = s < used ? __ldcg(pp + s * (D + 2)) : 0.f;
+  };
+  if (tid < n_rep * D) load_values(tid);
+  for (int i = tid; i < n_rep * used; i += kThreads) {
+    const int r = i / used, s = i % used;
+    const float* pp = p.partial + (static_cast<int64_t>(h0 + r) * p.n_splits + s) * (D + 2);
+    pm[r][s] = __ldcg(pp);
+    pl[r][s] = __ldcg(pp + 1);
+  }
+  __syncthreads();
+  for (int i = tid; i < n_rep * D; i += kThreads) {
+    if (i != tid) load_values(i);
+    const int r = i / D, d = i % D;
+    float M = sk[r];
+    for (int s = 0; s < used; ++s) M = fmaxf(M, pm[r][s]);
+    float den = has_sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
+#pragma unroll
+    for (int s = 0; s < kDecMaxSplits; ++s) {
+      if (s >= used) break;
+      if (pm[r][s] == -INFINITY) continue;
+      const float f = __expf(pm[r][s] - M);
+      den += f * pl[r][s];
+      num += f * av[s];
+    }
+    p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+  }
 }
 
 // p.partial: this launch's (n_head, n_splits, D + 2) partials; p.min_keys: keys a used
@@ -350,7 +447,6 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, 1)
   constexpr int NH = kMaxRep >> L;                  // heads a lane holds after them
   constexpr int kStride = kDecWarps * KG;           // keys between a lane's u and u + 1
   constexpr int kTile = kStride * U;
-  constexpr int kThreads = kDecWarps * kWarp;
   static_assert(kTile == dec_tile(D), "tile");
   __shared__ __align__(16) float qs[kMaxRep][D];                 // q of the group, pre-scaled
   __shared__ __align__(16) float pw[kDecWarps][U][KG][kMaxRep];  // a tile's probabilities
@@ -554,88 +650,246 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, 1)
   }
   __syncthreads();
 
-  const int h0 = g * n_rep;
-  if (used == 1) {  // the only split: out = the block's merge with the sink
-    for (int i = tid; i < n_rep * D; i += kThreads) {
-      const int r = i / D, d = i % D;
-      float M = sk[r];
-      for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
-      float den = sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
-      for (int w = 0; w < kDecWarps; ++w) {
-        if (wm[w][r] == -INFINITY) continue;  // a warp without keys
-        const float f = __expf(wm[w][r] - M);
-        den += f * wl[w][r];
-        num += f * wacc[w][r][d];
-      }
-      p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+  dec_finish<D>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
+}
+
+// ---- the f16 cache on tensor cores ----
+// The CUDA-core kernel above spends ~1,000 FMAs per key (8 heads x 64 dims, scores and
+// values) plus the shuffles of its reduce-scatter and a 64-register accumulator: at depth
+// 4097 it ran 4.8M warp instructions (H200, 19.5 us). attn_decode_tc_kernel does both
+// products with mma.sync m16n8k16 (f16 in, f32 accumulate) per warp step of 16 keys:
+// - scores: A = the group's q (rows 0-7: q in f16, rows 8-15: the f16 remainder q - hi,
+//   so one MMA gives both halves and hi + lo carries q to ~2^-22), B = K (16 dims x 8
+//   keys); the dims are permuted so that a lane's B words for every k step are D / 4
+//   consecutive halves of its key's row (one or two 16-byte loads), and q follows the
+//   same permutation. C holds head g's scores of keys 2t, 2t+1 (and 8 + 2t, 9 + 2t from
+//   the second key tile): exactly the keys of P's B fragment below.
+// - values: O^T = V^T P^T: A = V^T (16 dims x 16 keys; a lane loads D / 8 consecutive dims
+//   of its four keys' rows and pairs them by byte permutes), B = P (f16, scaled by 2^14
+//   so that small probabilities stay normal, as hi + lo: two MMAs), C = heads 2t, 2t + 1 x
+//   the lane's dims: a 2 * D / 8 register accumulator, no cross-lane sums.
+// K and V are f16 exactly, the products exact in f32: the results differ from the CUDA
+// cores' by float rounding (and the ~2^-22 of the hi / lo splits). A tile is a step of 16
+// keys for each of kDecWarps warps (128 keys), all its loads before any MMA.
+// H200, ncu without cache flush, gpt-oss shapes (8 kv heads, 64 dims): 4.8 / 5.5 / 10.0 /
+// 14.5 us at depth 1 / 128 (sliding layer) / 1000 / 4097 (capacity = depth: 1 / 1 / 8 /
+// 33 splits), against 14.3 / 19.7 / 19.4 / 23.7 for split + combine. Two steps per warp
+// per tile (256 keys, 17 splits at 4097) took 13.0 us there but 6.2 / 6.3 / 11.0 at the
+// shorter depths.
+constexpr int kTcSteps = 1;  // 16-key steps per warp per tile
+constexpr int kTcTile = kDecWarps * 16 * kTcSteps;
+constexpr float kPScale = 16384.f, kPUnscale = 1.f / 16384.f;
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t half2_bits(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);  // a in the low half
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// W 32-bit words from p (16-, 8- or 4-byte aligned as W asks).
+template <int W>
+__device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half* p) {
+  if constexpr (W % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < W / 4; ++i) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[i];
+      w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
     }
-    return;
+  } else if constexpr (W == 2) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    w[0] = u.x; w[1] = u.y;
+  } else {
+    static_assert(W == 1, "words");
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
-  // This split's partial (m, l, acc) per head, laid out as attn_split_body writes it.
-  for (int i = tid; i < n_rep * (D + 2); i += kThreads) {
-    const int r = i / (D + 2), e = i % (D + 2);
-    float M = -INFINITY;
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
-    float v = 0.f;
-    if (e == 0) {
-      v = M;
-    } else {
-      for (int w = 0; w < kDecWarps; ++w) {
-        if (wm[w][r] == -INFINITY) continue;
-        const float f = __expf(wm[w][r] - M);
-        v += f * (e == 1 ? wl[w][r] : wacc[w][r][e - 2]);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
+    attn_decode_tc_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
+  constexpr int KS = D / 16;  // k steps of the scores = m tiles of the values
+  constexpr int KW = D / 8;   // words of a lane's K chunk (D / 4 halves)
+  constexpr int VW = D / 16;  // words of a lane's V chunk (D / 8 halves)
+  static_assert(D % 16 == 0 && D <= 128, "head_dim 16..128");
+  __shared__ float wm[kDecWarps][kMaxRep], wl[kDecWarps][kMaxRep];
+  __shared__ __align__(16) float wacc[kDecWarps][kMaxRep][D];
+  __shared__ float sk[kMaxRep];
+  __shared__ bool last;
+
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int n_rep = p.n_head / p.n_head_kv;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int gq = lane >> 2, t = lane & 3;  // mma group (head row / key column) and thread in group
+  if (tid < kMaxRep) sk[tid] = sinks && tid < n_rep ? sinks[g * n_rep + tid] : -INFINITY;  // weights
+  pdl_wait();
+  pdl_trigger();
+  // pos and this lane's q chunk (head gq, dims [t D / 4, (t + 1) D / 4)) in one round trip.
+  const int32_t pq = p.pos ? p.pos[0] : p.pos0;
+  float qf[D / 4];
+  {
+    const float4* qr = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(g) * n_rep + gq) * D + t * (D / 4));
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i) {
+      const float4 x = gq < n_rep ? qr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      qf[4 * i] = x.x; qf[4 * i + 1] = x.y; qf[4 * i + 2] = x.z; qf[4 * i + 3] = x.w;
+    }
+  }
+  const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
+  const int32_t n_keys = pq - lo + 1;
+  const int32_t per = split_keys(n_keys, p.n_splits, p.min_keys);
+  const int used = (n_keys + per - 1) / per;
+  const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
+  if (k0 >= k1) return;  // an empty split (short history): takes no ticket
+  // A fragments of the scores: k step s takes dims t D / 4 + 4 s .. + 3 (see above).
+  uint32_t qa[KS][4];
+#pragma unroll
+  for (int s = 0; s < KS; ++s) {
+    float hi[4], rest[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = qf[4 * s + e] * p.scale;
+      hi[e] = __half2float(__float2half_rn(x));
+      rest[e] = x - hi[e];
+    }
+    qa[s][0] = half2_bits(hi[0], hi[1]);
+    qa[s][1] = half2_bits(rest[0], rest[1]);
+    qa[s][2] = half2_bits(hi[2], hi[3]);
+    qa[s][3] = half2_bits(rest[2], rest[3]);
+  }
+
+  const int64_t kv_row = static_cast<int64_t>(p.n_head_kv) * D;
+  const __half* kb = static_cast<const __half*>(p.k) + g * D + t * (D / 4);
+  const __half* vb = static_cast<const __half*>(p.v) + g * D + gq * (D / 8);
+  float m_run = -INFINITY, l_run = 0.f;  // head gq (l: this lane's keys)
+  float acc[KS][4];                     // heads 2t, 2t + 1 x dims gq D / 8 + 2 j, + 1
+#pragma unroll
+  for (int j = 0; j < KS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int32_t kt = k0; kt < k1; kt += kTcTile) {
+    // Step u of this warp: keys kbase[u] .. + 15, the warps interleaved step by step (a
+    // short history spreads over all of them); steps u < nu hold keys (warp-uniform).
+    const int32_t first = kt + warp * 16;
+    if (first >= k1) break;  // no key of this warp in the tile (nor later)
+    const int nu = min(kTcSteps, (k1 - first + kDecWarps * 16 - 1) / (kDecWarps * 16));
+    // K rows: keys kbase + gq, kbase + 8 + gq; V rows (and this lane's scores): kbase + 2t,
+    // + 2t + 1, + 8 + 2t, + 9 + 2t. Table entries, then every load, then the math.
+    int64_t kr[kTcSteps][2], vr[kTcSteps][4];
+#pragma unroll
+    for (int u = 0; u < kTcSteps; ++u) {
+      const int32_t kbase = first + u * kDecWarps * 16;
+      const int32_t kk[2] = {kbase + gq, kbase + 8 + gq};
+      const int32_t vk[4] = {kbase + 2 * t, kbase + 2 * t + 1, kbase + 8 + 2 * t, kbase + 9 + 2 * t};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) kr[u][i] = kk[i] < k1 ? p.kv.row(kk[i]) * kv_row : -1;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) vr[u][i] = vk[i] < k1 ? p.kv.row(vk[i]) * kv_row : -1;
+    }
+    uint32_t kw[kTcSteps][2][KW], vw[kTcSteps][4][VW];
+#pragma unroll
+    for (int u = 0; u < kTcSteps; ++u) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (kr[u][i] >= 0) {
+          load_words(kw[u][i], kb + kr[u][i]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < KW; ++w) kw[u][i][w] = 0u;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (vr[u][i] >= 0) {
+          load_words(vw[u][i], vb + vr[u][i]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < VW; ++w) vw[u][i][w] = 0u;  // (zeros: p = 0 times a finite value)
+        }
       }
     }
-    p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
+    // Scores of head gq: c[i][0] + c[i][2] (hi + lo) for key 2t of key tile i, [1] + [3] for 2t + 1.
+    float sc[kTcSteps][4];
+    float mt = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kTcSteps; ++u) {
+      if (u < nu) {
+        float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int s = 0; s < KS; ++s) {
+          mma_f16(c[0], qa[s], kw[u][0][2 * s], kw[u][0][2 * s + 1]);
+          mma_f16(c[1], qa[s], kw[u][1][2 * s], kw[u][1][2 * s + 1]);
+        }
+        sc[u][0] = c[0][0] + c[0][2];
+        sc[u][1] = c[0][1] + c[0][3];
+        sc[u][2] = c[1][0] + c[1][2];
+        sc[u][3] = c[1][1] + c[1][3];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (vr[u][i] < 0) sc[u][i] = -INFINITY;
+          mt = fmaxf(mt, sc[u][i]);
+        }
+      }
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m_run, mt);  // finite: key `first` is this warp's (lane t = 0)
+    const float corr = m_run == -INFINITY ? 0.f : __expf(m_run - m_new);
+    l_run *= corr;
+    m_run = m_new;
+    // The accumulator's heads 2t, 2t + 1 take their factors from the lanes of those rows.
+    const float ca = __shfl_sync(0xffffffffu, corr, 8 * t), cb = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+#pragma unroll
+    for (int j = 0; j < KS; ++j) {
+      acc[j][0] *= ca; acc[j][1] *= cb; acc[j][2] *= ca; acc[j][3] *= cb;
+    }
+#pragma unroll
+    for (int u = 0; u < kTcSteps; ++u) {
+      if (u < nu) {
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pr[i] = sc[u][i] == -INFINITY ? 0.f : __expf(sc[u][i] - m_new);
+        l_run += (pr[0] + pr[1]) + (pr[2] + pr[3]);
+        // P as B (keys 2t, 2t + 1 | 8 + 2t, 9 + 2t; column gq), hi and lo.
+        uint32_t ph[2], pl[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float a = pr[2 * i] * kPScale, b = pr[2 * i + 1] * kPScale;
+          const __half2 h = __floats2half2_rn(a, b);
+          const float2 hf = __half22float2(h);
+          ph[i] = *reinterpret_cast<const uint32_t*>(&h);
+          pl[i] = half2_bits(a - hf.x, b - hf.y);
+        }
+#pragma unroll
+        for (int j = 0; j < KS; ++j) {
+          uint32_t a[4];
+          a[0] = __byte_perm(vw[u][0][j], vw[u][1][j], 0x5410);  // keys 2t, 2t + 1 at dim gq D / 8 + 2 j
+          a[1] = __byte_perm(vw[u][0][j], vw[u][1][j], 0x7632);  // ... at the next dim (rows g + 8)
+          a[2] = __byte_perm(vw[u][2][j], vw[u][3][j], 0x5410);  // keys 8 + 2t, 9 + 2t
+          a[3] = __byte_perm(vw[u][2][j], vw[u][3][j], 0x7632);
+          mma_f16(acc[j], a, ph[0], ph[1]);
+          mma_f16(acc[j], a, pl[0], pl[1]);
+        }
+      }
+    }
   }
-  __threadfence();  // each thread's partial writes, before the ticket below
+
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  if (t == 0) {
+    wm[warp][gq] = m_run;
+    wl[warp][gq] = l_run;
+  }
+#pragma unroll
+  for (int j = 0; j < KS; ++j) {
+    const int d = gq * (D / 8) + 2 * j;
+    *reinterpret_cast<float2*>(&wacc[warp][2 * t][d]) = make_float2(acc[j][0] * kPUnscale, acc[j][2] * kPUnscale);
+    *reinterpret_cast<float2*>(&wacc[warp][2 * t + 1][d]) = make_float2(acc[j][1] * kPUnscale, acc[j][3] * kPUnscale);
+  }
   __syncthreads();
-  if (tid == 0) {
-    last = atomicAdd(&tickets[g], 1u) == static_cast<unsigned>(used - 1);
-    if (last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // The last block: combine_splits' math over the used splits (the max with the sink, then
-  // the exp-weighted sums). Partials are read through L2 (__ldcg): other SMs wrote them.
-  // Up to kDecRegSplits splits (the usual wave cap), every load of a thread at once.
-  for (int i = tid; i < n_rep * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    const float* pp = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2);
-    float M = sk[r], den, num = 0.f;
-    if (used <= kDecRegSplits) {
-      float ms[kDecRegSplits], ls[kDecRegSplits], as[kDecRegSplits];
-#pragma unroll
-      for (int s = 0; s < kDecRegSplits; ++s) {
-        ms[s] = s < used ? __ldcg(pp + s * (D + 2)) : -INFINITY;
-        ls[s] = s < used ? __ldcg(pp + s * (D + 2) + 1) : 0.f;
-        as[s] = s < used ? __ldcg(pp + s * (D + 2) + 2 + d) : 0.f;
-      }
-#pragma unroll
-      for (int s = 0; s < kDecRegSplits; ++s) M = fmaxf(M, ms[s]);
-      den = sinks ? __expf(sk[r] - M) : 0.f;
-#pragma unroll
-      for (int s = 0; s < kDecRegSplits; ++s) {
-        if (ms[s] == -INFINITY) continue;
-        const float f = __expf(ms[s] - M);
-        den += f * ls[s];
-        num += f * as[s];
-      }
-    } else {
-      for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(pp + s * (D + 2)));
-      den = sinks ? __expf(sk[r] - M) : 0.f;
-#pragma unroll 4
-      for (int s = 0; s < used; ++s) {
-        const float m_s = __ldcg(pp + s * (D + 2));
-        if (m_s == -INFINITY) continue;
-        const float f = __expf(m_s - M);
-        den += f * __ldcg(pp + s * (D + 2) + 1);
-        num += f * __ldcg(pp + s * (D + 2) + 2 + d);
-      }
-    }
-    p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
-  }
+  dec_finish<D>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
 }
 
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
@@ -645,30 +899,41 @@ static int env_int(const char* name) {
   const char* v = std::getenv(name);
   return v && std::atoi(v) > 0 ? std::atoi(v) : 0;
 }
+// The decode kernel of a cache type: tensor cores for f16, CUDA cores for f32.
+template <int D, class KV>
+static constexpr auto dec_kernel() {
+  if constexpr (std::is_same_v<KV, __half>) return attn_decode_tc_kernel<D>;
+  else return attn_decode_kernel<D, KV>;
+}
+template <int D, class KV>
+static constexpr int dec_tile_of() { return std::is_same_v<KV, __half> ? kTcTile : dec_tile(D); }
 template <int D, class KV>
 static int dec_blocks_per_sm() {
   static const int n = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_decode_kernel<D, KV>, kDecWarps * kWarp, 0) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, dec_kernel<D, KV>(), kDecWarps * kWarp, 0) != cudaSuccess)
       b = 1;
     return std::max(1, b);
   }();
   return n;
 }
-template <int D>
+template <int D, class KV>
 static int32_t dec_min_keys() {
   static const int env_keys = env_int("BRASS_CUDA_ATTN_SPLIT_KEYS");
-  return env_keys > 0 ? env_keys : dec_tile(D);
+  return env_keys > 0 ? env_keys : dec_tile_of<D, KV>();
 }
-template <int D>
-static int dec_splits(const AttentionP& a, const SeqP& s) {
+template <int D, class KV>
+static int dec_splits_kv(const AttentionP& a, const SeqP& s) {
   static const int env_splits = env_int("BRASS_CUDA_ATTN_DEC_SPLITS");
-  const int32_t min_keys = dec_min_keys<D>();
-  const int per_sm = a.kv_type == DType::F16 ? dec_blocks_per_sm<D, __half>() : dec_blocks_per_sm<D, float>();
-  const int64_t wave = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sm_count() / a.n_head_kv);
+  const int32_t min_keys = dec_min_keys<D, KV>();
+  const int64_t wave = std::max<int64_t>(1, static_cast<int64_t>(dec_blocks_per_sm<D, KV>()) * sm_count() / a.n_head_kv);
   const int64_t cap = std::min<int64_t>(kDecMaxSplits, env_splits > 0 ? env_splits : wave);
   const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
   return static_cast<int>(std::clamp<int64_t>((max_keys + min_keys - 1) / min_keys, 1, cap));
+}
+template <int D>
+static int dec_splits(const AttentionP& a, const SeqP& s) {
+  return a.kv_type == DType::F16 ? dec_splits_kv<D, __half>(a, s) : dec_splits_kv<D, float>(a, s);
 }
 
 template <class KV>
@@ -899,6 +1164,16 @@ static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* par
   return p;
 }
 
+template <int D, class KV>
+static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, unsigned* tickets, cudaStream_t st) {
+  AttnParams p = seq_attn_params(a, s, partial);
+  p.n_splits = dec_splits_kv<D, KV>(a, s);
+  p.min_keys = dec_min_keys<D, KV>();
+  const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits));
+  launch_pdl(dec_kernel<D, KV>(), grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
+  BRASS_CUDA_LAUNCHED();
+}
+
 template <int D>
 static void attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
   unsigned* tickets = reinterpret_cast<unsigned*>(scratch);
@@ -906,15 +1181,8 @@ static void attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
   for (const SeqP& s : a.seqs) {
     if (s.n_tok <= 0) continue;
     if (use_decode_kernel(a, s)) {  // one decode token: one launch (after the previous kernel's tail, PDL)
-      AttnParams p = seq_attn_params(a, s, partial);
-      p.n_splits = dec_splits<D>(a, s);
-      p.min_keys = dec_min_keys<D>();
-      const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits));
-      if (a.kv_type == DType::F16)
-        launch_pdl(attn_decode_kernel<D, __half>, grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
-      else
-        launch_pdl(attn_decode_kernel<D, float>, grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
-      BRASS_CUDA_LAUNCHED();
+      if (a.kv_type == DType::F16) launch_decode<D, __half>(a, s, partial, tickets, st);
+      else launch_decode<D, float>(a, s, partial, tickets, st);
       continue;
     }
     const AttnParams p = seq_attn_params(a, s, partial);
