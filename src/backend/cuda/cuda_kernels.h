@@ -175,7 +175,10 @@ void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, i
 
 // ---- cuda_attention.cu ----
 void launch_kv_store(const KvStoreP& a, cudaStream_t st);
-int64_t attention_scratch_floats(const AttentionP& a);  // partials the launch needs
+// Partials the launch needs, after a header of ticket counters (one-launch decode): the
+// area must be zeroed when first allocated (Scratch does) and outside a graph capture;
+// the kernels leave the counters zeroed.
+int64_t attention_scratch_floats(const AttentionP& a);
 void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
 // Batched decode (>= 2 sequences of one token each): one launch for all sequences, their
 // parameters in a device table. The launcher builds the table on the host and hands it to
