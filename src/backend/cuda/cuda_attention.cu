@@ -32,8 +32,6 @@ constexpr int kMaxRep = 8;
 
 __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 __device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
 
 struct AttnParams {
   const float* q;        // seq's first token row

@@ -264,6 +264,37 @@ __device__ __forceinline__ int mx_pos(int e) {
   return 8 * i + 4 * (r >> 1) + 2 * (r & 1) + h;
 }
 
+// Warp-wide: one 32-element group (lane holds element `lane`) quantized exactly as
+// quant::quantize_row(Q8_0) does: q[lane] (MXO: q[mx_pos(lane)]) and, from lane 0, the
+// f16-rounded scale in *d.
+template <bool MXO>
+__device__ __forceinline__ void quantize_group_warp(float v, int lane, int8_t* q, float* d) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float dv = amax / 127.0f;
+  const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
+  q[MXO ? mx_pos(lane) : lane] = static_cast<int8_t>(roundf(v * id));
+  if (lane == 0) *d = __half2float(__float2half_rn(dv));
+}
+
+// Sum of v over the block (any multiple of 32 threads); sh: blockDim.x / 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x / kWarp;
+  float s = 0.f;
+  for (int i = 0; i < nw; ++i) s += sh[i];
+  __syncthreads();
+  return s;
+}
+
+// K / V cache element stores (f32 or f16 caches).
+__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
+
 // Block-wide: x (n floats, n % 32 == 0) -> xq (n int8) + xd (n / 32 scales), in smem.
 // Each warp takes 32-element groups; all of a lane's loads are issued before use.
 // MXO: store each group in MXFP4 order (mx_pos) instead of natural order.
@@ -283,13 +314,7 @@ __device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int
     for (int i = 0; i < kBatch; ++i) {
       const int g = g0 + i * nw;
       if (g >= groups) break;
-      float amax = fabsf(v[i]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      xq[g * 32 + (MXO ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v[i] * id));
-      if (lane == 0) xd[g] = __half2float(__float2half_rn(d));
+      quantize_group_warp<MXO>(v[i], lane, xq + g * 32, xd + g);
     }
   }
 }

@@ -133,18 +133,6 @@ void matmul_typed(const DevW& w, const MatmulP& a, cudaStream_t st, int n_sm) {
   BRASS_CUDA_LAUNCHED();
 }
 
-__device__ __forceinline__ float block_sum(float v, float* sh) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  const int nw = blockDim.x / kWarp;
-  float s = 0.f;
-  for (int i = 0; i < nw; ++i) s += sh[i];
-  __syncthreads();
-  return s;
-}
-
 // One block per row. add: y += x first (fused residual add), then out = norm(y) * w.
 // With n % 4 == 0 each thread owns float4s (1024 threads: one or two per thread for
 // gpt-oss), so the kernel is one round of loads deep instead of a serial loop.

@@ -91,16 +91,9 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q8x_kernel(DevW gate, De
     }
   }
   __syncthreads();
-  if (warp == 0) {  // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
-    const float v = grp[lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    act_q[slot * n_ff + r0 + (TYPE == kMX ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v * id));
-    if (lane == 0) act_d[slot * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
-  }
+  if (warp == 0)
+    quantize_group_warp<TYPE == kMX>(grp[lane], lane, act_q + slot * n_ff + r0,
+                                     act_d + slot * (n_ff / 32) + blockIdx.x);
 }
 
 // grid (ceil(n_embd / rpb), n_tok): each warp computes output rows for all k experts of

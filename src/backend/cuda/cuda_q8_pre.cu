@@ -73,18 +73,6 @@ __device__ __forceinline__ unsigned ticket_acq_rel(unsigned* c) {
   return old;
 }
 
-__device__ __forceinline__ float block_sum256(float v, float* sh) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kWarps; ++i) s += sh[i];
-  __syncthreads();
-  return s;
-}
-
 __device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {  // (v * s) * w, as rms_norm_kernel
   return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
 }
@@ -124,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
     }
     ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
   }
-  ss = block_sum256(ss, red);
+  ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
   float dot = 0.f;
 #pragma unroll
@@ -132,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
     const float4 xv = f4_scale(v[i], inv, nw[i]);
     dot += xv.x * w[i].x + xv.y * w[i].y + xv.z * w[i].z + xv.w * w[i].w;
   }
-  dot = block_sum256(dot, red);
+  dot = block_sum(dot, red);
   if (threadIdx.x == 0) {
     p.logits[e] = dot + (p.router_bias ? p.router_bias[e] : 0.f);
     last = ticket_acq_rel(&counters[0]) == gridDim.x - 1;
@@ -189,19 +177,10 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   if (threadIdx.x == 0) last = ticket_acq_rel(&counters[grp]) == 32 / kGuRows - 1;
   __syncthreads();
   if (!last || warp != 0) return;
-  // quantize the group exactly as quantize_x_smem / quant::quantize_row(Q8_0)
   const int64_t g0 = r / 32 * 32;
-  const float v = __ldcg(act + slot * n_ff + g0 + lane);
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  act_q[slot * n_ff + g0 + (TYPE == kMX ? mx_pos(lane) : lane)] = static_cast<int8_t>(roundf(v * id));
-  if (lane == 0) {
-    act_d[grp] = __half2float(__float2half_rn(d));
-    counters[grp] = 0u;  // graph replays start from 0
-  }
+  quantize_group_warp<TYPE == kMX>(__ldcg(act + slot * n_ff + g0 + lane), lane, act_q + slot * n_ff + g0,
+                                   act_d + grp);
+  if (lane == 0) counters[grp] = 0u;  // graph replays start from 0
 }
 
 // grid (ceil(n_embd / 8)), one token, k = 4: warp w of block b owns output row 8 b + w for
@@ -250,9 +229,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
   for (int j = 0; j < K; ++j) sum += wts[j] * (warp_sum(part[j]) + b[j]);
   if (lane == 0) out[r] = accumulate ? out[r] + sum : sum;
 }
-
-__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
 
 // grid (ceil(units / 8)), a warp per unit = (q / k / v head, pair j): rows j and j + half
 // of the head, as qkv_kernel (cuda_attention.cu) for one token. Both rows load before the
@@ -306,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
   }
   float inv = 1.f;
   if (p.norm) {
-    ss = block_sum256(ss, red);
+    ss = block_sum(ss, red);
     inv = 1.0f / sqrtf(ss / static_cast<float>(n) + p.eps);
   }
 #pragma unroll
