@@ -180,12 +180,15 @@ __global__ void add_kernel(float* y, const float* __restrict__ x, int64_t n) {
     y[i] += x[i];
 }
 
+// grid (n_tok, ceil(n / 256)): one element per thread, so a row costs one round trip for
+// the token id and one for its bytes (a block per token walking the row took ~8 us per
+// decode token on the H200: each step of its loop waited for the previous one's load).
 __global__ void embed_kernel(DevW w, const int32_t* __restrict__ tokens, float* __restrict__ out) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   const int64_t t = blockIdx.x;
   const int64_t r = tokens[t];
   const int64_t n = w.n_in;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  if (const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; i < n) {
     float v;
     switch (w.type) {
       case kF32: v = reinterpret_cast<const float*>(w.q)[r * n + i]; break;
@@ -378,7 +381,8 @@ void launch_add(const AddP& a, cudaStream_t st) {
 
 void launch_embed(const EmbedP& a, cudaStream_t st) {
   if (a.n_tok <= 0) return;
-  embed_kernel<<<static_cast<unsigned>(a.n_tok), 256, 0, st>>>(a.table, a.tokens, a.out);
+  const dim3 grid(static_cast<unsigned>(a.n_tok), static_cast<unsigned>((a.table.n_in + 255) / 256));
+  embed_kernel<<<grid, 256, 0, st>>>(a.table, a.tokens, a.out);
   BRASS_CUDA_LAUNCHED();
 }
 
