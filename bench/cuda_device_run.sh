@@ -4,11 +4,14 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|burst]...
 #   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3" runs --streams $STREAMS once per
 #   env setting (same build: the BRASS_CUDA_* measurement knobs); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
-#   NCU_KERNELS (regex) in a batched step.
+#   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
+#   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
+#   env setting in TRACE_AB ("A=1;A=0"); burst: cold-read time of one kernel per size
+#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach).
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -110,6 +113,21 @@ for s in $STAGES; do
           $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${NCU_STREAMS:-64} > "$OUT/pipes_$k.txt" 2>&1
         echo "== $k"; grep -E "smsp__|sm__|gpu__" "$OUT/pipes_$k.txt" | sed 's/  */ /g'
       done ;;
+    trace)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      CU=/usr/local/cuda
+      g++ -O2 -shared -fPIC bench/cuda_kernel_trace.cpp -I$CU/include -L$CU/lib64 -lcupti -o /tmp/libktrace.so ||
+        { echo "trace: CUPTI tracer did not build"; continue; }
+      IFS=';' read -ra TAB <<< "${TRACE_AB:-BRASS_CUDA_PDL=1}"
+      for e in "${TAB[@]}"; do
+        env $e LD_LIBRARY_PATH=$CU/lib64:$LD_LIBRARY_PATH CUDA_INJECTION64_PATH=/tmp/libktrace.so \
+          BRASS_TRACE_OUT="$OUT/trace.csv" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth ${TRACE_DEPTH:-0} \
+          --n-gen 32 > "$OUT/trace.log" 2>&1
+        echo "== trace [$e]"; python3 bench/cuda_nsys_timeline.py "$OUT/trace.csv" --tokens 16 | tee -a "$OUT/timeline.txt"
+      done ;;
+    burst)
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |
+        tee "$OUT/burst.txt" ;;
     ncu_detail)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       for k in ${NCU_KERNELS:-moe_gate_up_q8x_kernel moe_down_q8x_kernel attn_split_kernel}; do
