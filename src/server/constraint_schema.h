@@ -13,9 +13,9 @@
 // writeOnly, nullable, and x-* extensions. Everything else is rejected (uniqueItems: true,
 // multipleOf, format, not, if/then/else, prefixItems, patternProperties, ...).
 //
-// allOf: when the node and all its members (through $ref) are plain object schemas
-// (only type object / properties / required / additionalProperties / min/maxProperties),
-// they are merged into one object schema (properties and required united; a property
+// allOf: when the node and all its members (through $ref and nested allOf, flattened)
+// are plain object schemas (only type object / properties / required /
+// additionalProperties / min/maxProperties), they are merged into one object schema (properties and required united; a property
 // declared twice must satisfy both). Otherwise the members are kept as a conjunction the
 // validator enforces together.
 #pragma once

@@ -51,6 +51,27 @@ bool object_only(const J& s) {
   return true;
 }
 
+// The plain object schemas an allOf member stands for, through $ref and nested allOf
+// (documented: both flatten into the merge); false when one of them is not plain.
+bool flatten_members(const J& m0, const J& root, std::vector<const J*>& out, int depth) {
+  const J& m = deref(m0, root);
+  if (depth > 16 || !m.is_object()) return false;
+  J own = m;
+  own.erase("allOf");
+  own.erase("$ref");
+  if (!object_only(own)) return false;
+  out.push_back(&m);
+  if (m.contains("$ref") &&
+      !flatten_members(root.at(J::json_pointer(m["$ref"].get<std::string>().substr(1))), root, out, depth + 1))
+    return false;
+  if (m.contains("allOf")) {
+    for (const auto& x : m["allOf"]) {
+      if (!flatten_members(x, root, out, depth + 1)) return false;
+    }
+  }
+  return true;
+}
+
 bool oracle(const J& v, const J& s, const J& root, int depth = 0);
 
 bool oracle_one(const J& v, const J& s, const J& root, int depth) {
@@ -129,10 +150,11 @@ bool oracle_one(const J& v, const J& s, const J& root, int depth) {
       if (k == "properties" || k == "required" || k == "additionalProperties" || k == "type") merged[k] = x;
     }
     bool merge = object_only(merged);
-    for (const auto& m : s["allOf"]) merge = merge && deref(m, root).is_object() && object_only(deref(m, root));
+    std::vector<const J*> members;
+    for (const auto& m : s["allOf"]) merge = merge && flatten_members(m, root, members, 0);
     if (merge) {
-      for (const auto& m0 : s["allOf"]) {
-        const J& m = deref(m0, root);
+      for (const J* mp : members) {
+        const J& m = *mp;
         const J props = m.value("properties", J::object());
         for (const auto& [k, x] : props.items()) {
           if (merged["properties"].contains(k)) merged["properties"][k] = J{{"allOf", {merged["properties"][k], x}}};
