@@ -26,6 +26,12 @@
 #include "model/model.h"
 #include "tools/synth.h"
 
+#ifdef BRASS_PROBE
+namespace brass::backend::cuda {
+void probe_dump(const char* path);  // cuda_q8_pre.cu, -DBRASS_PROBE builds
+}
+#endif
+
 using namespace brass;
 
 namespace {
@@ -491,5 +497,8 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < 3; ++rep)
     if (!run(0, n_gen, "tg128")) return 1;
   if (depth > 0 && !run(depth, n_gen, "tg128 @ depth")) return 1;
+#ifdef BRASS_PROBE
+  if (const char* po = std::getenv("BRASS_PROBE_OUT")) backend::cuda::probe_dump(po);
+#endif
   return 0;
 }

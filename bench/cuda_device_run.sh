@@ -4,14 +4,16 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|burst]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|burst]...
 #   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3" runs --streams $STREAMS once per
 #   env setting (same build: the BRASS_CUDA_* measurement knobs); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
 #   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
 #   env setting in TRACE_AB ("A=1;A=0"); burst: cold-read time of one kernel per size
-#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach).
+#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); probe: a
+#   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
+#   env setting in PROBE_AB.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -124,6 +126,19 @@ for s in $STAGES; do
           BRASS_TRACE_OUT="$OUT/trace.csv" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth ${TRACE_DEPTH:-0} \
           --n-gen 32 > "$OUT/trace.log" 2>&1
         echo "== trace [$e]"; python3 bench/cuda_nsys_timeline.py "$OUT/trace.csv" --tokens 16 | tee -a "$OUT/timeline.txt"
+      done ;;
+    probe)
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      cmake -S . -B build-probe -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" -DCMAKE_CUDA_FLAGS=-DBRASS_PROBE \
+        -DCMAKE_CXX_FLAGS=-DBRASS_PROBE > "$OUT/cmake-probe.log" 2>&1 &&
+        cmake --build build-probe --target cuda_decode_bench -j16 > "$OUT/build-probe.log" 2>&1 ||
+        { grep -E "error" -A3 "$OUT/build-probe.log" | head -20; continue; }
+      IFS=';' read -ra PAB <<< "${PROBE_AB:-BRASS_CUDA_PDL=1}"
+      for e in "${PAB[@]}"; do
+        env $e BRASS_PROBE_OUT="$OUT/marks.csv" timeout 200 build-probe/bench/cuda_decode_bench "${SRC[@]}" --depth 0 \
+          --n-gen 32 > "$OUT/probe.log" 2>&1
+        echo "== probe [$e] $(grep -m1 -E '^tg128' "$OUT/probe.log")"
+        python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
       done ;;
     burst)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |

@@ -240,24 +240,28 @@ TEST(CudaOps, RouterTopKWithTies) {
   BRASS_REQUIRE_CUDA();
   Fix f;
   SEED_TRACE(f.rng);
-  const int64_t n_tok = 5, n_expert = 32, k = 4;
-  auto logits = f.rng.vec(n_tok * n_expert, -4, 4);
-  // token 1: a four-way tie for the top; token 2: all equal; token 3: tie at the k-th place.
-  for (int e : {3, 9, 17, 30}) logits[1 * n_expert + e] = 5.0f;
-  for (int e = 0; e < n_expert; ++e) logits[2 * n_expert + e] = 0.25f;
-  logits[3 * n_expert + 0] = 9; logits[3 * n_expert + 1] = 8; logits[3 * n_expert + 2] = 7;
-  logits[3 * n_expert + 20] = 6; logits[3 * n_expert + 5] = 6;
-  std::vector<int32_t> ids(n_tok * k);
-  std::vector<float> w(n_tok * k);
-  f.cpu->router({.logits = logits.data(), .ids = ids.data(), .weights = w.data(), .n_tok = n_tok,
-                 .n_expert = n_expert, .k = k});
-  Dev dl = Dev::from(*f.gpu, logits), di = Dev::poisoned<int32_t>(*f.gpu, ids.size()),
-      dw = Dev::poisoned<float>(*f.gpu, w.size());
-  f.gpu->router({.logits = dl.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .n_tok = n_tok,
-                 .n_expert = n_expert, .k = k});
-  EXPECT_EQ(di.get<int32_t>(ids.size()), ids);
-  expect_close(dw.get<float>(w.size()), w, 1e-6, 1e-7, "router weights");
-  EXPECT_EQ(ids[3 * k + 3], 5);  // the hand-checked tie: lower index first
+  // 32 experts: the one-pass rank path (pick_experts); 40: the k-round warp argmax.
+  for (const int64_t n_expert : {32, 40}) {
+    SCOPED_TRACE(::testing::Message() << n_expert << " experts");
+    const int64_t n_tok = 5, k = 4;
+    auto logits = f.rng.vec(n_tok * n_expert, -4, 4);
+    // token 1: a four-way tie for the top; token 2: all equal; token 3: tie at the k-th place.
+    for (int e : {3, 9, 17, 30}) logits[1 * n_expert + e] = 5.0f;
+    for (int e = 0; e < n_expert; ++e) logits[2 * n_expert + e] = 0.25f;
+    logits[3 * n_expert + 0] = 9; logits[3 * n_expert + 1] = 8; logits[3 * n_expert + 2] = 7;
+    logits[3 * n_expert + 20] = 6; logits[3 * n_expert + 5] = 6;
+    std::vector<int32_t> ids(n_tok * k);
+    std::vector<float> w(n_tok * k);
+    f.cpu->router({.logits = logits.data(), .ids = ids.data(), .weights = w.data(), .n_tok = n_tok,
+                   .n_expert = n_expert, .k = k});
+    Dev dl = Dev::from(*f.gpu, logits), di = Dev::poisoned<int32_t>(*f.gpu, ids.size()),
+        dw = Dev::poisoned<float>(*f.gpu, w.size());
+    f.gpu->router({.logits = dl.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .n_tok = n_tok,
+                   .n_expert = n_expert, .k = k});
+    EXPECT_EQ(di.get<int32_t>(ids.size()), ids);
+    expect_close(dw.get<float>(w.size()), w, 1e-6, 1e-7, "router weights");
+    EXPECT_EQ(ids[3 * k + 3], 5);  // the hand-checked tie: lower index first
+  }
 }
 
 // The q8x MoE's CPU twin: the reference ops composed per slot, quantizing x and the

@@ -183,6 +183,18 @@ __device__ __forceinline__ void row_dot(const DevW& w, int64_t r, const float* _
 // experts. Up to 128 experts the logits are read once into registers (4 per lane) and
 // the taken set is a per-lane bit mask: no memory round trip per round (this runs on
 // the MoE kernels' critical path when the router is fused).
+// The softmax over the k picked logits w[0..k) (w[0] the largest), in place, by lane 0.
+__device__ __forceinline__ void topk_softmax_warp(float* w, int64_t k, int lane) {
+  __syncwarp();
+  if (lane == 0) {
+    const float m = w[0];
+    float sum = 0.f;
+    for (int64_t j = 0; j < k; ++j) { w[j] = expf(w[j] - m); sum += w[j]; }
+    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
+  __syncwarp();
+}
+
 __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, int64_t n_expert, int64_t k, int32_t* id,
                                                  float* w, int lane) {
   if (n_expert <= 4 * kWarp) {
@@ -228,14 +240,35 @@ __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, in
       __syncwarp();
     }
   }
-  __syncwarp();
-  if (lane == 0) {
-    const float m = w[0];
-    float sum = 0.f;
-    for (int64_t j = 0; j < k; ++j) { w[j] = expf(w[j] - m); sum += w[j]; }
-    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  topk_softmax_warp(w, k, lane);
+}
+
+// router_topk_warp's picks for n_expert <= 32 in one pass instead of k warp reductions:
+// lane e ranks its logit against all n (greater first, ties: lower index), and a rank
+// below k is a pick. NaN ranks as -inf, so the ranks stay a permutation and every one of
+// the k entries is written (router_topk_warp's NaN picks may differ). lg: the logits in
+// shared memory; id / w: k entries.
+__device__ __forceinline__ void router_topk_rank(const float* lg, int n_expert, int k, int32_t* id, float* w,
+                                                 int lane) {
+  auto key = [](float v) { return v != v ? -INFINITY : v; };
+  float o[kWarp];  // every logit in registers first: 32 independent loads, then 32 compares
+#pragma unroll
+  for (int j = 0; j < kWarp; ++j) o[j] = j < n_expert ? key(lg[j]) : -INFINITY;
+  const float mine = lane < n_expert ? key(lg[lane]) : -INFINITY;
+  int rank = 0;
+#pragma unroll
+  for (int j = 0; j < kWarp; ++j) rank += j < n_expert && (o[j] > mine || (o[j] == mine && j < lane));
+  if (lane < n_expert && rank < k) {
+    id[rank] = lane;
+    w[rank] = lg[lane];
   }
-  __syncwarp();
+  topk_softmax_warp(w, k, lane);
+}
+
+// The top k of one token's router logits and their softmax, by one warp (lane = its lane).
+__device__ __forceinline__ void pick_experts(const float* lg, int n_expert, int k, int32_t* id, float* w, int lane) {
+  if (n_expert <= kWarp) router_topk_rank(lg, n_expert, k, id, w, lane);
+  else router_topk_warp(lg, n_expert, k, id, w, lane);
 }
 
 __device__ __forceinline__ void load_mx_lut(float* lut) {
@@ -295,27 +328,59 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
 __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
 
-// Block-wide: x (n floats, n % 32 == 0) -> xq (n int8) + xd (n / 32 scales), in smem.
-// Each warp takes 32-element groups; all of a lane's loads are issued before use.
-// MXO: store each group in MXFP4 order (mx_pos) instead of natural order.
+// Block-wide: x (n floats, n % 32 == 0) -> xq (n int8) + xd (n / 32 scales), exactly as
+// quantize_group_warp (quant::quantize_row(Q8_0)). A lane pair owns a group, 16 elements
+// each: one round trip for the loads, one shuffle for the group's amax, one 16-byte store
+// per lane. (A warp per group took 4 us for n = 4096 on the H200: 16 groups a warp, each
+// a 5-shuffle reduction.) MXO: each group in MXFP4 order (mx_pos), whose bytes interleave
+// the two halves: the pair swaps two words and each lane assembles its 16 bytes by prmt.
+// Any block size that is a multiple of 32; xq 16-byte aligned.
 template <bool MXO = false>
 __device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int n, int8_t* xq, float* xd) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
-  const int groups = n / 32;
-  constexpr int kBatch = 8;
-  for (int g0 = warp; g0 < groups; g0 += nw * kBatch) {
-    float v[kBatch];
+  const int halves = n / 16;
+  const int rounds = (halves + blockDim.x - 1) / blockDim.x;
+  for (int it = 0; it < rounds; ++it) {  // whole warps take part in the shuffles
+    const int u = it * blockDim.x + threadIdx.x, h = u & 1;
+    const bool live = u < halves;  // halves is even: both lanes of a pair are live or neither
+    float4 v[4];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int g = g0 + i * nw;
-      v[i] = g < groups ? x[g * 32 + lane] : 0.f;
-    }
+    for (int j = 0; j < 4; ++j) v[j] = live ? reinterpret_cast<const float4*>(x + u * 16)[j] : make_float4(0, 0, 0, 0);
+    float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int g = g0 + i * nw;
-      if (g >= groups) break;
-      quantize_group_warp<MXO>(v[i], lane, xq + g * 32, xd + g);
+    for (int j = 0; j < 4; ++j)
+      amax = fmaxf(fmaxf(fmaxf(amax, fabsf(v[j].x)), fmaxf(fabsf(v[j].y), fabsf(v[j].z))), fabsf(v[j].w));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    const float dv = amax / 127.0f;
+    const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
+    uint32_t w[4];  // byte b of w[j]: element 4 j + b of this half
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+      uint32_t word = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        word |= (static_cast<uint32_t>(static_cast<int8_t>(roundf(e[b] * id))) & 0xffu) << (8 * b);
+      w[j] = word;
     }
+    uint4 out = make_uint4(w[0], w[1], w[2], w[3]);
+    if constexpr (MXO) {
+      // Output bytes [16 h, 16 h + 16) hold elements 4 i + r (i = 2 h, 2 h + 1) of both halves:
+      // word (i, a) = [h0 byte 2a, h1 byte 2a, h0 byte 2a+1, h1 byte 2a+1] of the halves' word i.
+      const uint32_t r0 = __shfl_xor_sync(0xffffffffu, h ? w[0] : w[2], 1);
+      const uint32_t r1 = __shfl_xor_sync(0xffffffffu, h ? w[1] : w[3], 1);
+      const uint32_t o0 = h ? w[2] : w[0], o1 = h ? w[3] : w[1];  // own words i = 2 h, 2 h + 1
+      const uint32_t a0 = h ? r0 : o0, b0 = h ? o0 : r0;          // half 0 / half 1, i = 2 h
+      const uint32_t a1 = h ? r1 : o1, b1 = h ? o1 : r1;          // i = 2 h + 1
+      uint32_t q0, q1, q2, q3;
+      asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(q0) : "r"(a0), "r"(b0));
+      asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(q1) : "r"(a0), "r"(b0));
+      asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(q2) : "r"(a1), "r"(b1));
+      asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(q3) : "r"(a1), "r"(b1));
+      out = make_uint4(q0, q1, q2, q3);
+    }
+    if (!live) continue;
+    reinterpret_cast<uint4*>(xq)[u] = out;
+    if (h == 0) xd[u >> 1] = __half2float(__float2half_rn(dv));
   }
 }
 

@@ -245,15 +245,15 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
   for (int64_t e = threadIdx.x; e < n; e += blockDim.x) out[i * n + e] = src[e];
 }
 
-// One warp per token: k rounds of a warp argmax (ties: lower index) over the experts not
-// yet taken, then the softmax over the k picked logits.
+// One warp per token: the top k (ties: lower index), then the softmax over the k picked
+// logits (pick_experts: the picks of the MoE kernels that route themselves).
 __global__ void router_kernel(const float* __restrict__ logits, int32_t* ids, float* wts, int64_t n_tok,
                               int64_t n_expert, int64_t k) {
   pdl_trigger();  // launched normally: dependents may start prefetching
   const int64_t t = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (t >= n_tok) return;
-  router_topk_warp(logits + t * n_expert, n_expert, k, ids + t * k, wts + t * k, lane);
+  pick_experts(logits + t * n_expert, static_cast<int>(n_expert), static_cast<int>(k), ids + t * k, wts + t * k, lane);
 }
 
 struct ArgBest { float v; int i; };

@@ -9,7 +9,7 @@
 //      bits in every block) and computes its expert's router logit, the norm weights and
 //      its router row loaded before the wait; the last block to finish (ticket) writes
 //      the residual (only once every block has read it), xn and its int8 copy (Q8_0 per
-//      32, MXFP4 order for MXFP4 experts), and picks the top k (router_topk_warp).
+//      32, MXFP4 order for MXFP4 experts), and picks the top k (pick_experts).
 //   2. gate/up, a warp per (slot, ff row), 4 per block: both rows and the int8 x in flight
 //      together; the SwiGLU output goes out in f32, and the last of the 8 blocks of a
 //      32-row group (ticket) quantizes the group (act_q, act_d).
@@ -23,9 +23,11 @@
 // quant::quantize_row(Q8_0)'s, so the q8x twins apply (router logits and the norm: sums
 // in another order).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/cuda_probe.cuh"
 #include "backend/cuda/cuda_rowfrag.cuh"
 #include "backend/oai_swiglu.h"
 
@@ -55,13 +57,17 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
     frag_load<TYPE, C>(f, w, r, lane);
     if (bias) b = bias[r];
   }
+  BRASS_PROBE_MARK(4, 0);
   pdl_wait();
   pdl_trigger();
+  BRASS_PROBE_MARK(4, 1);
   quantize_x_smem<TYPE == kMX>(x, n, xq, xd);
   __syncthreads();
+  BRASS_PROBE_MARK(4, 2);
   if (!live) return;
   const float a = warp_sum(frag_dot<TYPE, C>(f, xq, xd, frag_chunks<TYPE>(n), lane));
   if (lane == 0) y[r] = a + b;
+  BRASS_PROBE_MARK(4, 3);
 }
 
 // Ticket for "the last one to finish does the rest": the release makes this thread's
@@ -96,8 +102,10 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
     w[i] = j < n4 ? __ldg(wr + j) : make_float4(0, 0, 0, 0);
     nw[i] = j < n4 ? __ldg(nw4 + j) : make_float4(0, 0, 0, 0);
   }
+  BRASS_PROBE_MARK(0, 0);
   pdl_wait();
   pdl_trigger();
+  BRASS_PROBE_MARK(0, 1);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
@@ -126,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
     last = ticket_acq_rel(&counters[0]) == gridDim.x - 1;
   }
   __syncthreads();
+  BRASS_PROBE_MARK(0, 2);
   if (!last) return;
   for (int i = threadIdx.x; i < p.n_expert; i += kThreads) lg[i] = __ldcg(p.logits + i);
 #pragma unroll
@@ -139,10 +148,12 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
   }
   __syncthreads();
   if (threadIdx.x < kWarp)  // the ids first: the next kernel's loads wait on them
-    router_topk_warp(lg, p.n_expert, p.moe.k, const_cast<int32_t*>(p.moe.ids), const_cast<float*>(p.moe.weights),
-                     static_cast<int>(threadIdx.x));
+    pick_experts(lg, static_cast<int>(p.n_expert), static_cast<int>(p.moe.k), const_cast<int32_t*>(p.moe.ids),
+                 const_cast<float*>(p.moe.weights), static_cast<int>(threadIdx.x));
+  BRASS_PROBE_MARK(0, 3);
   quantize_x_smem<MXO>(sv, 4 * n4, xq, xd);
   if (threadIdx.x == 0) counters[0] = 0u;  // graph replays start from 0
+  BRASS_PROBE_MARK(0, 4);
 }
 
 // grid (n_ff / 4, k), 4 warps: warp w owns ff row 4 b + w of slot blockIdx.y.
@@ -159,9 +170,15 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
+  BRASS_PROBE_MARK(1, 0);
   pdl_wait();  // the ids and x come from the kernel just before
   pdl_trigger();
+  BRASS_PROBE_MARK(1, 1);
   const int64_t row = static_cast<int64_t>(ids[slot]) * n_ff + r;
+#ifdef BRASS_PROBE
+  if (threadIdx.x == 0) last = row == -1;  // a store that waits for the id
+  BRASS_PROBE_MARK(1, 2);
+#endif
   RowFrag<C> g, u;
   frag_load<TYPE, C>(g, gate, row, lane);
   frag_load<TYPE, C>(u, up, row, lane);
@@ -170,17 +187,20 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   const float gv = warp_sum(frag_dot<TYPE, C>(g, xq, xd, nc, lane));
   const float uv = warp_sum(frag_dot<TYPE, C>(u, xq, xd, nc, lane));
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
+  BRASS_PROBE_MARK(1, 3);
   // One ticket per block (the release is cumulative over the barrier): the group's 8th
   // block quantizes it. (A ticket per warp, 32 atomics on one counter, measured slower.)
   const int64_t grp = slot * (n_ff / 32) + r / 32;
   __syncthreads();
   if (threadIdx.x == 0) last = ticket_acq_rel(&counters[grp]) == 32 / kGuRows - 1;
   __syncthreads();
+  BRASS_PROBE_MARK(1, 4);
   if (!last || warp != 0) return;
   const int64_t g0 = r / 32 * 32;
   quantize_group_warp<TYPE == kMX>(__ldcg(act + slot * n_ff + g0 + lane), lane, act_q + slot * n_ff + g0,
                                    act_d + grp);
   if (lane == 0) counters[grp] = 0u;  // graph replays start from 0
+  BRASS_PROBE_MARK(1, 5);
 }
 
 // grid (ceil(n_embd / 8)), one token, k = 4: warp w of block b owns output row 8 b + w for
@@ -213,12 +233,15 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
       b[j] = db ? db[row] : 0.f;
     }
   }
+  BRASS_PROBE_MARK(2, 0);
   pdl_wait();
   pdl_trigger();
+  BRASS_PROBE_MARK(2, 1);
   for (int i = threadIdx.x; i < K * n / 16; i += kThreads)
     reinterpret_cast<int4*>(sq)[i] = reinterpret_cast<const int4*>(act_q)[i];
   for (int i = threadIdx.x; i < K * (n / 32); i += kThreads) sd[i] = act_d[i];
   __syncthreads();
+  BRASS_PROBE_MARK(2, 2);
   if (!live) return;
   const int nc = frag_chunks<TYPE>(n);
   float part[K];
@@ -228,6 +251,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
 #pragma unroll
   for (int j = 0; j < K; ++j) sum += wts[j] * (warp_sum(part[j]) + b[j]);
   if (lane == 0) out[r] = accumulate ? out[r] + sum : sum;
+  BRASS_PROBE_MARK(2, 3);
 }
 
 // grid (ceil(units / 8)), a warp per unit = (q / k / v head, pair j): rows j and j + half
@@ -270,8 +294,10 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
     const int jj = threadIdx.x + i * kThreads;
     nw[i] = p.norm && jj < n4 ? __ldg(reinterpret_cast<const float4*>(p.norm) + jj) : make_float4(1, 1, 1, 1);
   }
+  BRASS_PROBE_MARK(3, 0);
   pdl_wait();
   pdl_trigger();
+  BRASS_PROBE_MARK(3, 1);
   float4 v[kNormVec];
   float ss = 0.f;
 #pragma unroll
@@ -296,6 +322,7 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
   __syncthreads();
   quantize_x_smem<TYPE == kMX>(xf, n, xq, xd);
   __syncthreads();
+  BRASS_PROBE_MARK(3, 2);
   if (!live) return;
   const int nc = frag_chunks<TYPE>(n);
   const float a0 = warp_sum(frag_dot<TYPE, C>(f0, xq, xd, nc, lane));
@@ -314,6 +341,7 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
   }
   dst[r0] = x0;
   dst[r1] = x1;
+  BRASS_PROBE_MARK(3, 3);
   if (kind > 0) {
     const int64_t row = static_cast<int64_t>(nh) * p.head_dim, slot = p.kv.row(pp);
     KV* c = static_cast<KV*>(kind == 1 ? p.kc : p.vc);
@@ -465,5 +493,22 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
   if (m.gate.type == kMX) return block_t<kMX>(a, s, counters, st);
   return false;
 }
+
+#ifdef BRASS_PROBE
+// The marks of the last launch of each probed kernel as CSV: kernel,block,mark,ns.
+void probe_dump(const char* path) {
+  static unsigned long long h[kProbeKernels][kProbeBlocks][kProbeMarks];
+  cudaDeviceSynchronize();
+  if (cudaMemcpyFromSymbol(h, g_probe, sizeof(h)) != cudaSuccess) return;
+  FILE* f = std::fopen(path, "w");
+  if (!f) return;
+  std::fprintf(f, "kernel,block,mark,ns\n");
+  for (int k = 0; k < kProbeKernels; ++k)
+    for (int b = 0; b < kProbeBlocks; ++b)
+      for (int m = 0; m < kProbeMarks; ++m)
+        if (h[k][b][m]) std::fprintf(f, "%d,%d,%d,%llu\n", k, b, m, h[k][b][m]);
+  std::fclose(f);
+}
+#endif
 
 }  // namespace brass::backend::cuda

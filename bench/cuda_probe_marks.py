@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Summarize in-kernel marks from a -DBRASS_PROBE build (BRASS_PROBE_OUT=marks.csv).
+
+Each kernel's marks are from its last launch (marks older than 50 us before t0 are
+earlier launches' and skipped), i.e. the last layer of the last token, in
+chain order q/k/v -> attention -> wo -> norm_router -> gate/up -> down. Times are us after
+the first q/k/v block passed its PDL wait; per mark: the earliest block, the median, the
+latest. Usage: cuda_probe_marks.py marks.csv
+"""
+import csv
+import statistics
+import sys
+
+KERNELS = {3: "qkv", 4: "wo (matvec_pre)", 0: "norm_router", 1: "gate/up", 2: "down"}
+MARKS = {
+    3: ["start", "wait done", "x normed+quantized", "q/k/v stored"],
+    4: ["start", "wait done", "x quantized", "y stored"],
+    0: ["start", "wait done", "logit+ticket", "last: logits read", "last: done"],
+    1: ["start", "wait done", "ids read", "row pair summed", "ticket drawn", "last: group quantized"],
+    2: ["start", "wait done", "act in smem", "out stored"],
+}
+
+
+def main():
+    rows = list(csv.DictReader(open(sys.argv[1])))
+    t = {}
+    for r in rows:
+        t.setdefault((int(r["kernel"]), int(r["mark"])), []).append(int(r["ns"]))
+    if (3, 1) not in t:
+        sys.exit("no q/k/v marks")
+    t0 = min(t[(3, 1)])
+    vals = sorted({v for vs in t.values() for v in vs})
+    steps = [b - a for a, b in zip(vals, vals[1:]) if b > a]
+    print(f"timer: {len(vals)} distinct values, smallest step {min(steps) if steps else 0} ns")
+    print(f"{'kernel':<16} {'mark':<20} {'blocks':>6} {'first':>8} {'median':>8} {'last':>8}")
+    for k in [3, 4, 0, 1, 2]:
+        for m, name in enumerate(MARKS[k]):
+            vs = t.get((k, m))
+            if not vs:
+                continue
+            # marks only the last block writes keep older launches' values elsewhere
+            us = [(v - t0) / 1e3 for v in vs if v - t0 > -50e3]
+            if not us:
+                continue
+            print(f"{KERNELS[k]:<16} {name:<20} {len(us):>6} {min(us):8.2f} {statistics.median(us):8.2f} {max(us):8.2f}")
+
+
+if __name__ == "__main__":
+    main()
