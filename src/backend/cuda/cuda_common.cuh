@@ -175,14 +175,6 @@ __device__ __forceinline__ void row_dot(const DevW& w, int64_t r, const float* _
   }
 }
 
-// Router top-k + softmax for one token, by one warp (lane = its lane): k rounds of a warp
-// argmax (ties: lower index; within a lane the first of equal values; lane 0's result
-// is the round's pick) over the experts not yet taken, then the softmax over the k
-// picked logits (lane 0). id / w: k entries, in global or shared memory. Shared by the
-// router kernel and the MoE kernels that fuse the router, so both pick bit-identical
-// experts. Up to 128 experts the logits are read once into registers (4 per lane) and
-// the taken set is a per-lane bit mask: no memory round trip per round (this runs on
-// the MoE kernels' critical path when the router is fused).
 // The softmax over the k picked logits w[0..k) (w[0] the largest), in place, by lane 0.
 __device__ __forceinline__ void topk_softmax_warp(float* w, int64_t k, int lane) {
   __syncwarp();
@@ -195,6 +187,14 @@ __device__ __forceinline__ void topk_softmax_warp(float* w, int64_t k, int lane)
   __syncwarp();
 }
 
+// Router top-k + softmax for one token, by one warp (lane = its lane): k rounds of a warp
+// argmax (ties: lower index; within a lane the first of equal values; lane 0's result
+// is the round's pick) over the experts not yet taken, then the softmax over the k
+// picked logits (lane 0). id / w: k entries, in global or shared memory. pick_experts
+// (the router kernel and the fused MoE block, so both pick the same experts) takes it
+// for more than 32 experts. Up to 128 experts the logits are read once into registers (4 per lane) and
+// the taken set is a per-lane bit mask: no memory round trip per round (this runs on
+// the MoE kernels' critical path when the router is fused).
 __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, int64_t n_expert, int64_t k, int32_t* id,
                                                  float* w, int lane) {
   if (n_expert <= 4 * kWarp) {
@@ -246,8 +246,8 @@ __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, in
 // router_topk_warp's picks for n_expert <= 32 in one pass instead of k warp reductions:
 // lane e ranks its logit against all n (greater first, ties: lower index), and a rank
 // below k is a pick. NaN ranks as -inf, so the ranks stay a permutation and every one of
-// the k entries is written (router_topk_warp's NaN picks may differ). lg: the logits in
-// shared memory; id / w: k entries.
+// the k entries is written (router_topk_warp's NaN picks may differ). lg: the logits,
+// id / w: k entries (shared or global memory).
 __device__ __forceinline__ void router_topk_rank(const float* lg, int n_expert, int k, int32_t* id, float* w,
                                                  int lane) {
   auto key = [](float v) { return v != v ? -INFINITY : v; };
