@@ -684,7 +684,8 @@ TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
     bool norm = false;  // x is the residual, normed by attn_qkv (the decode graph's one-token form)
   };
   // (Int8Act mode, 2..8 tokens: q / k / v in one launch of the int8 MMA kernel; one token:
-  // the preloading kernel of cuda_q8_pre.cu at every fragment size, with and without the norm.)
+  // the preloading kernel of cuda_q8_pre.cu at every fragment size, with and without the norm;
+  // Q8_0 with n_embd % 64 == 0 stages its rows in shared memory, 160 keeps them in registers.)
   for (const Case& c : {Case{DType::Q8_0, DType::F16, 2880, 64, 8, 64, 1, 4100, false, 0},
                         Case{DType::Q8_0, DType::F16, 2880, 64, 8, 64, 5, 100, false, 0},
                         Case{DType::MXFP4, DType::F32, 128, 4, 2, 32, 7, 0, false, 0},
@@ -694,6 +695,8 @@ TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
                         Case{DType::MXFP4, DType::F16, 2880, 64, 8, 64, 1, 7, false, 0, true},
                         Case{DType::MXFP4, DType::F32, 128, 4, 2, 32, 1, 0, false, 0, true},
                         Case{DType::Q8_0, DType::F32, 1536, 6, 3, 16, 1, 21, false, 0, true},
+                        Case{DType::Q8_0, DType::F32, 192, 4, 2, 16, 1, 9, false, 0, true},
+                        Case{DType::Q8_0, DType::F16, 160, 4, 2, 16, 1, 3, false, 0, true},
                         Case{DType::F32, DType::F16, 40, 4, 1, 64, 1, 700, true, 639, true}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.wt) << " n_embd " << c.n_embd << " n_tok " << c.n_tok
                                       << (c.norm ? " norm" : ""));

@@ -40,6 +40,15 @@ constexpr int kMaxExperts = 128;  // router_topk_warp's register path
 constexpr int kNormVec = 3;       // float4s per thread in norm_router: n_embd <= 3072
 constexpr int kGuRows = 4;        // gate/up rows per block (one per warp)
 
+// q/k/v's shared memory: xf [n] f32 | xq [n] | xd [n / 32] f32, then (staged rows) from
+// this offset [8][2][n] quants and [8][2][n / 16 bytes] scales.
+__host__ __device__ __forceinline__ size_t qkv_stage_offset(int64_t n) {
+  return static_cast<size_t>((5 * n + n / 8 + 15) / 16 * 16);
+}
+__host__ __device__ __forceinline__ size_t qkv_smem(int64_t n, bool stage) {
+  return qkv_stage_offset(n) + (stage ? static_cast<size_t>(kWarps * 2 * (n + n / 16)) : 0);
+}
+
 // grid (ceil(rows / 8)): warp w of block b owns row 8 b + w.
 template <int TYPE, int C>
 __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const float* __restrict__ bias,
@@ -258,14 +267,21 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
 // of the head, as qkv_kernel (cuda_attention.cu) for one token. Both rows load before the
 // wait; after it every block norms the residual itself when p.norm is set (block 0 writes
 // xn) and quantizes x into shared memory; then bias, RoPE and the K / V store.
-template <int TYPE, int C, class KV>
-__global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
+// STAGE (Q8_0): the rows go to shared memory by cp.async instead of registers, so the
+// kernel fits 3 blocks an SM and all of gpt-oss's 320 blocks load before the wait (in
+// registers, 117 of them, 56 blocks ran as a second wave: ~5 us a layer on the H200).
+template <int TYPE, int C, class KV, bool STAGE>
+__global__ void __launch_bounds__(kThreads, STAGE ? 3 : 1) qkv_pre_kernel(QkvPreP p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ float red[kWarps];
   const int n = static_cast<int>(p.wq.n_in), n4 = n / 4;
   float* xf = reinterpret_cast<float*>(smem);            // [n] the normed input
   int8_t* xq = reinterpret_cast<int8_t*>(smem + 4 * n);  // [n]
   float* xd = reinterpret_cast<float*>(smem + 5 * n);    // [n / 32]
+  // STAGE: [8 warps][2 rows][n] quants, then [8][2][n / 16 bytes] f16 scales
+  uint8_t* wsq = smem + qkv_stage_offset(n) + static_cast<size_t>(threadIdx.x / kWarp) * 2 * n;
+  uint8_t* wss = smem + qkv_stage_offset(n) + static_cast<size_t>(kWarps) * 2 * n +
+                 static_cast<size_t>(threadIdx.x / kWarp) * 2 * (n / 16);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int half = p.head_dim / 2;
   const int unit = blockIdx.x * kWarps + warp;
@@ -280,11 +296,19 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
   const int nh = kind == 0 ? p.n_head : p.n_head_kv;
   hh -= kind == 0 ? 0 : kind == 1 ? p.n_head : p.n_head + p.n_head_kv;
   const int64_t r0 = static_cast<int64_t>(hh) * p.head_dim + j, r1 = r0 + half;
-  RowFrag<C> f0, f1;
+  RowFrag<STAGE ? 1 : C> f0, f1;
   float b0 = 0.f, b1 = 0.f, freq = 0.f;
   if (live) {  // static: before the wait
-    frag_load<TYPE, C>(f0, w, r0, lane);
-    frag_load<TYPE, C>(f1, w, r1, lane);
+    if constexpr (STAGE) {
+      for (int row = 0; row < 2; ++row) {
+        const int64_t r = row ? r1 : r0;
+        for (int c = lane; c < n / 16; c += kWarp) cp_async16(wsq + row * n + c * 16, w.q + r * n + c * 16);
+        for (int c = lane; c < n / 64; c += kWarp) cp_async4(wss + row * (n / 16) + c * 4, w.s + r * (n / 16) + c * 4);
+      }
+    } else {
+      frag_load<TYPE, C>(f0, w, r0, lane);
+      frag_load<TYPE, C>(f1, w, r1, lane);
+    }
     if (bias) { b0 = bias[r0]; b1 = bias[r1]; }
     freq = p.inv_freq[j];
   }
@@ -321,12 +345,20 @@ __global__ void __launch_bounds__(kThreads) qkv_pre_kernel(QkvPreP p) {
   }
   __syncthreads();
   quantize_x_smem<TYPE == kMX>(xf, n, xq, xd);
+  if constexpr (STAGE) cp_async_wait_all();
   __syncthreads();
   BRASS_PROBE_MARK(3, 2);
   if (!live) return;
   const int nc = frag_chunks<TYPE>(n);
-  const float a0 = warp_sum(frag_dot<TYPE, C>(f0, xq, xd, nc, lane));
-  const float a1 = warp_sum(frag_dot<TYPE, C>(f1, xq, xd, nc, lane));
+  float a0, a1;
+  if constexpr (STAGE) {
+    const auto* s16 = reinterpret_cast<const unsigned short*>(wss);
+    a0 = warp_sum(staged_dot_q8<C>(wsq, s16, xq, xd, nc, lane));
+    a1 = warp_sum(staged_dot_q8<C>(wsq + n, s16 + n / 32, xq, xd, nc, lane));
+  } else {
+    a0 = warp_sum(frag_dot<TYPE, C>(f0, xq, xd, nc, lane));
+    a1 = warp_sum(frag_dot<TYPE, C>(f1, xq, xd, nc, lane));
+  }
   if (lane != 0) return;
   float x0 = a0 + b0, x1 = a1 + b1;
   const int32_t pp = p.pos[0];
@@ -358,6 +390,8 @@ bool pre_on() {
   }();
   return on;
 }
+
+constexpr int kQkvStageMaxSmem = 72 * 1024;  // 3 blocks an SM with room to spare
 
 size_t xq_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
 
@@ -429,15 +463,43 @@ bool block_t(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   }
 }
 
-template <int TYPE, int C>
-void qkv_pre_c(const QkvPreP& p, bool f16, cudaStream_t st) {
+// BRASS_CUDA_QKV_STAGE=0: q/k/v rows in registers (measurement knob; Q8_0 with n % 64 == 0
+// stages them in shared memory otherwise).
+bool qkv_stage_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRASS_CUDA_QKV_STAGE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+template <int TYPE, int C, class KV, bool STAGE>
+void qkv_pre_k(const QkvPreP& p, cudaStream_t st) {
   const int units = (p.n_head + 2 * p.n_head_kv) * (p.head_dim / 2);
   const dim3 grid(static_cast<unsigned>((units + kWarps - 1) / kWarps));
-  const size_t sm = static_cast<size_t>(5 * p.wq.n_in + p.wq.n_in / 32 * 4);
-  if (f16)
-    launch_pdl(qkv_pre_kernel<TYPE, C, __half>, grid, dim3(kThreads), sm, st, p);
-  else
-    launch_pdl(qkv_pre_kernel<TYPE, C, float>, grid, dim3(kThreads), sm, st, p);
+  const size_t sm = qkv_smem(p.wq.n_in, STAGE);
+  if constexpr (STAGE) {  // over 48 KB, and the carveout that fits 3 blocks an SM
+    static const bool set = [] {
+      BRASS_CUDA_CHECK(cudaFuncSetAttribute(qkv_pre_kernel<TYPE, C, KV, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kQkvStageMaxSmem));
+      BRASS_CUDA_CHECK(cudaFuncSetAttribute(qkv_pre_kernel<TYPE, C, KV, true>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
+      return true;
+    }();
+    (void)set;
+  }
+  launch_pdl(qkv_pre_kernel<TYPE, C, KV, STAGE>, grid, dim3(kThreads), sm, st, p);
+}
+
+template <int TYPE, int C>
+void qkv_pre_c(const QkvPreP& p, bool f16, cudaStream_t st) {
+  const int64_t n = p.wq.n_in;
+  const bool stage = TYPE == kQ8 && n % 64 == 0 && qkv_smem(n, true) <= kQkvStageMaxSmem && qkv_stage_on();
+  if (stage && f16) qkv_pre_k<TYPE, C, __half, TYPE == kQ8>(p, st);
+  else if (stage) qkv_pre_k<TYPE, C, float, TYPE == kQ8>(p, st);
+  else if (f16) qkv_pre_k<TYPE, C, __half, false>(p, st);
+  else qkv_pre_k<TYPE, C, float, false>(p, st);
 }
 template <int TYPE>
 bool qkv_pre_t(const QkvPreP& p, bool f16, cudaStream_t st) {

@@ -43,6 +43,31 @@ __device__ __forceinline__ void frag_load(RowFrag<C>& f, const DevW& w, int64_t 
   }
 }
 
+// Q8_0 chunk c (16 quants q, f16 scale bits s) times the int8 activations: dp4a over the
+// 16 bytes, then scaled by the weight's and the activations' scales.
+__device__ __forceinline__ float q8_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
+  const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
+  int d = __dp4a(static_cast<int>(q.x), a.x, 0);
+  d = __dp4a(static_cast<int>(q.y), a.y, d);
+  d = __dp4a(static_cast<int>(q.z), a.z, d);
+  d = __dp4a(static_cast<int>(q.w), a.w, d);
+  return static_cast<float>(d) * (__half2float(__ushort_as_half(static_cast<unsigned short>(s))) * xd[c >> 1]);
+}
+
+// frag_dot<kQ8, C> over a row staged in shared memory (q: n_in bytes, s: n_in / 32 f16
+// scales) instead of registers: the same terms in the same order, so the same bits.
+template <int C>
+__device__ __forceinline__ float staged_dot_q8(const uint8_t* q, const unsigned short* s, const int8_t* xq,
+                                               const float* xd, int nc, int lane) {
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) acc += q8_chunk_term(reinterpret_cast<const uint4*>(q)[c], s[c >> 1], xq, xd, c);
+  }
+  return acc;
+}
+
 // The lane's partial of row . x for quantized activations xq / xd (natural order for
 // Q8_0, MXFP4 order for MXFP4; shared or global memory, 16-byte aligned).
 template <int TYPE, int C>
@@ -53,13 +78,7 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
     const int c = lane + i * kWarp;
     if (c < nc) {
       if constexpr (TYPE == kQ8) {
-        const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
-        int s = __dp4a(static_cast<int>(f.q[i].x), a.x, 0);
-        s = __dp4a(static_cast<int>(f.q[i].y), a.y, s);
-        s = __dp4a(static_cast<int>(f.q[i].z), a.z, s);
-        s = __dp4a(static_cast<int>(f.q[i].w), a.w, s);
-        acc += static_cast<float>(s) *
-               (__half2float(__ushort_as_half(static_cast<unsigned short>(f.s[i]))) * xd[c >> 1]);
+        acc += q8_chunk_term(f.q[i], f.s[i], xq, xd, c);
       } else {
         const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
         const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
