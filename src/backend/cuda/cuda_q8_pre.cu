@@ -48,6 +48,14 @@ __host__ __device__ __forceinline__ size_t qkv_stage_offset(int64_t n) {
 __host__ __device__ __forceinline__ size_t qkv_smem(int64_t n, bool stage) {
   return qkv_stage_offset(n) + (stage ? static_cast<size_t>(kWarps * 2 * (n + n / 16)) : 0);
 }
+// down's shared memory: act_q [4][n_ff] | act_d [4][n_ff / 32] f32, then (staged MXFP4
+// codes) [8][4][n_ff / 2].
+__host__ __device__ __forceinline__ size_t down_act_smem(int64_t n_ff) {
+  return static_cast<size_t>(4 * n_ff + 4 * (n_ff / 32) * 4);
+}
+__host__ __device__ __forceinline__ size_t down_smem(int64_t n_ff, bool stage) {
+  return down_act_smem(n_ff) + (stage ? static_cast<size_t>(kWarps * 4 * (n_ff / 2)) : 0);
+}
 
 // grid (ceil(rows / 8)): warp w of block b owns row 8 b + w.
 template <int TYPE, int C>
@@ -216,13 +224,14 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // all four experts. The ids were written two kernels back (complete once this kernel's
 // pre-wait code runs: cuda_common.cuh), so the four rows load before the wait; after it
 // the block copies the four slots' int8 activations to shared memory (one round trip).
-template <int TYPE, int C>
-__global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const float* __restrict__ db,
-                                                                const int8_t* __restrict__ act_q,
-                                                                const float* __restrict__ act_d,
-                                                                const int32_t* __restrict__ ids,
-                                                                const float* __restrict__ wts, float* out,
-                                                                bool accumulate) {
+// STAGE (MXFP4): the rows' codes go to shared memory by cp.async (their scales stay in
+// registers), so the kernel fits 3 blocks an SM and all 360 blocks of gpt-oss load before
+// the wait (in registers, 124 of them: 2 blocks an SM, 96 blocks after the wait).
+template <int TYPE, int C, bool STAGE>
+__global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
+    moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_q,
+                        const float* __restrict__ act_d, const int32_t* __restrict__ ids,
+                        const float* __restrict__ wts, float* out, bool accumulate) {
   constexpr int K = 4;
   extern __shared__ __align__(16) uint8_t smem[];
   const int n = static_cast<int>(down.n_in);  // n_ff
@@ -230,6 +239,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
   int8_t* sq = reinterpret_cast<int8_t*>(smem);       // [K][n]
   float* sd = reinterpret_cast<float*>(smem + K * n);  // [K][n / 32]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  // STAGE: [8 warps][K rows][n / 2] codes after the activations
+  uint8_t* ws = smem + down_act_smem(n) + static_cast<size_t>(warp) * K * (n / 2);
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   const bool live = r < n_embd;
   RowFrag<C> f[K];
@@ -238,7 +249,13 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       const int64_t row = static_cast<int64_t>(ids[j]) * n_embd + r;
-      frag_load<TYPE, C>(f[j], down, row, lane);
+      if constexpr (STAGE) {
+        for (int c = lane; c < n / 32; c += kWarp)
+          cp_async16(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16);
+        frag_load_mx_scales<C>(f[j], down, row, lane);
+      } else {
+        frag_load<TYPE, C>(f[j], down, row, lane);
+      }
       b[j] = db ? db[row] : 0.f;
     }
   }
@@ -249,13 +266,17 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
   for (int i = threadIdx.x; i < K * n / 16; i += kThreads)
     reinterpret_cast<int4*>(sq)[i] = reinterpret_cast<const int4*>(act_q)[i];
   for (int i = threadIdx.x; i < K * (n / 32); i += kThreads) sd[i] = act_d[i];
+  if constexpr (STAGE) cp_async_wait_all();
   __syncthreads();
   BRASS_PROBE_MARK(2, 2);
   if (!live) return;
   const int nc = frag_chunks<TYPE>(n);
   float part[K];
 #pragma unroll
-  for (int j = 0; j < K; ++j) part[j] = frag_dot<TYPE, C>(f[j], sq + j * n, sd + j * (n / 32), nc, lane);
+  for (int j = 0; j < K; ++j) {
+    if constexpr (STAGE) part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane);
+    else part[j] = frag_dot<TYPE, C>(f[j], sq + j * n, sd + j * (n / 32), nc, lane);
+  }
   float sum = 0.f;
 #pragma unroll
   for (int j = 0; j < K; ++j) sum += wts[j] * (warp_sum(part[j]) + b[j]);
@@ -271,7 +292,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_pre_kernel(DevW down, const
 // kernel fits 3 blocks an SM and all of gpt-oss's 320 blocks load before the wait (in
 // registers, 117 of them, 56 blocks ran as a second wave: ~5 us a layer on the H200).
 template <int TYPE, int C, class KV, bool STAGE>
-__global__ void __launch_bounds__(kThreads, STAGE ? 3 : 1) qkv_pre_kernel(QkvPreP p) {
+__global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPreP p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ float red[kWarps];
   const int n = static_cast<int>(p.wq.n_in), n4 = n / 4;
@@ -391,7 +412,29 @@ bool pre_on() {
   return on;
 }
 
-constexpr int kQkvStageMaxSmem = 72 * 1024;  // 3 blocks an SM with room to spare
+constexpr int kStageMaxSmem = 72 * 1024;  // staged kernels: 3 blocks an SM with room to spare
+
+// Lets a staged kernel take over 48 KB of dynamic shared memory and asks for the carveout
+// that fits 3 of its blocks an SM (once per kernel: one instantiation per kernel address).
+template <auto Kernel>
+void allow_staged_smem() {
+  static const bool set = [] {
+    BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
+    BRASS_CUDA_CHECK(
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    return true;
+  }();
+  (void)set;
+}
+
+// BRASS_CUDA_DOWN_STAGE=0: the MoE down rows in registers (measurement knob).
+bool down_stage_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRASS_CUDA_DOWN_STAGE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
 
 size_t xq_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
 
@@ -446,10 +489,19 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
              static_cast<const float*>(s.xd), static_cast<const int32_t*>(m.ids), s.act, s.act_q, s.act_d,
              counters + 1, m.alpha, m.limit);
   BRASS_CUDA_LAUNCHED();
-  const size_t s3 = static_cast<size_t>(4 * n_ff + 4 * (n_ff / 32) * 4);
-  launch_pdl(moe_down_pre_kernel<TYPE, C>, dim3(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps)),
-             dim3(kThreads), s3, st, m.down, m.down_bias, static_cast<const int8_t*>(s.act_q),
-             static_cast<const float*>(s.act_d), m.ids, m.weights, a.accumulate ? a.y : m.out, a.accumulate);
+  const dim3 gd(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps));
+  const auto* aq = static_cast<const int8_t*>(s.act_q);
+  const auto* ad = static_cast<const float*>(s.act_d);
+  float* out = a.accumulate ? a.y : m.out;
+  if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
+    constexpr bool kS = TYPE == kMX;
+    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
+    launch_pdl(moe_down_pre_kernel<TYPE, C, kS>, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
+               aq, ad, m.ids, m.weights, out, a.accumulate);
+  } else {
+    launch_pdl(moe_down_pre_kernel<TYPE, C, false>, gd, dim3(kThreads), down_smem(n_ff, false), st, m.down,
+               m.down_bias, aq, ad, m.ids, m.weights, out, a.accumulate);
+  }
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -478,24 +530,14 @@ void qkv_pre_k(const QkvPreP& p, cudaStream_t st) {
   const int units = (p.n_head + 2 * p.n_head_kv) * (p.head_dim / 2);
   const dim3 grid(static_cast<unsigned>((units + kWarps - 1) / kWarps));
   const size_t sm = qkv_smem(p.wq.n_in, STAGE);
-  if constexpr (STAGE) {  // over 48 KB, and the carveout that fits 3 blocks an SM
-    static const bool set = [] {
-      BRASS_CUDA_CHECK(cudaFuncSetAttribute(qkv_pre_kernel<TYPE, C, KV, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kQkvStageMaxSmem));
-      BRASS_CUDA_CHECK(cudaFuncSetAttribute(qkv_pre_kernel<TYPE, C, KV, true>,
-                                            cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            cudaSharedmemCarveoutMaxShared));
-      return true;
-    }();
-    (void)set;
-  }
+  if constexpr (STAGE) allow_staged_smem<qkv_pre_kernel<TYPE, C, KV, true>>();
   launch_pdl(qkv_pre_kernel<TYPE, C, KV, STAGE>, grid, dim3(kThreads), sm, st, p);
 }
 
 template <int TYPE, int C>
 void qkv_pre_c(const QkvPreP& p, bool f16, cudaStream_t st) {
   const int64_t n = p.wq.n_in;
-  const bool stage = TYPE == kQ8 && n % 64 == 0 && qkv_smem(n, true) <= kQkvStageMaxSmem && qkv_stage_on();
+  const bool stage = TYPE == kQ8 && n % 64 == 0 && qkv_smem(n, true) <= kStageMaxSmem && qkv_stage_on();
   if (stage && f16) qkv_pre_k<TYPE, C, __half, TYPE == kQ8>(p, st);
   else if (stage) qkv_pre_k<TYPE, C, float, TYPE == kQ8>(p, st);
   else if (f16) qkv_pre_k<TYPE, C, __half, false>(p, st);

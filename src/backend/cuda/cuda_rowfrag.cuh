@@ -22,6 +22,17 @@ struct RowFrag {
   uint32_t s[C];  // raw scale bits: Q8_0 f16 (per 2 chunks), MXFP4 E8M0
 };
 
+// Only the scales of frag_load (for rows whose quants are staged elsewhere).
+template <int C>
+__device__ __forceinline__ void frag_load_mx_scales(RowFrag<C>& f, const DevW& w, int64_t r, int lane) {
+  const int nc = frag_chunks<kMX>(w.n_in);
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    f.s[i] = c < nc ? __ldg(w.s + r * (w.n_in / 32) + c) : 0u;
+  }
+}
+
 template <int TYPE, int C>
 __device__ __forceinline__ void frag_load(RowFrag<C>& f, const DevW& w, int64_t r, int lane) {
   const int64_t n = w.n_in;
@@ -54,6 +65,28 @@ __device__ __forceinline__ float q8_chunk_term(uint4 q, uint32_t s, const int8_t
   return static_cast<float>(d) * (__half2float(__ushort_as_half(static_cast<unsigned short>(s))) * xd[c >> 1]);
 }
 
+// MXFP4 chunk c (32 codes q, E8M0 scale s) times the int8 activations in MXFP4 order.
+__device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
+  const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
+  const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
+  const int xw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  return static_cast<float>(mx_dot(q, xw)) * (e8m0_half(static_cast<uint8_t>(s)) * xd[c]);
+}
+
+// frag_dot<kMX, C> over a row whose codes are staged in shared memory (q: n_in / 2 bytes)
+// and whose scales a fragment holds (f.s; f.q unused): the same terms in the same order.
+template <int C>
+__device__ __forceinline__ float staged_dot_mx(const uint8_t* q, const RowFrag<C>& f, const int8_t* xq,
+                                               const float* xd, int nc, int lane) {
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) acc += mx_chunk_term(reinterpret_cast<const uint4*>(q)[c], f.s[i], xq, xd, c);
+  }
+  return acc;
+}
+
 // frag_dot<kQ8, C> over a row staged in shared memory (q: n_in bytes, s: n_in / 32 f16
 // scales) instead of registers: the same terms in the same order, so the same bits.
 template <int C>
@@ -80,10 +113,7 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
       if constexpr (TYPE == kQ8) {
         acc += q8_chunk_term(f.q[i], f.s[i], xq, xd, c);
       } else {
-        const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
-        const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
-        const int xw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        acc += static_cast<float>(mx_dot(f.q[i], xw)) * (e8m0_half(static_cast<uint8_t>(f.s[i])) * xd[c]);
+        acc += mx_chunk_term(f.q[i], f.s[i], xq, xd, c);
       }
     }
   }
