@@ -36,7 +36,7 @@ inline constexpr int kWarp = 32;
 // Both instructions are no-ops for kernels launched without the attribute.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-// Bulk L2 prefetch of [p, p + bytes), widened to 16-byte alignment.
+
 // Asynchronous global -> shared copies (LDGSTS): no registers held while in flight;
 // cp_async_wait_all waits for this thread's copies (a barrier then shows them to others).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -49,6 +49,7 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Bulk L2 prefetch of [p, p + bytes), widened to 16-byte alignment.
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15);
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + 15) & ~uintptr_t(15);
