@@ -403,12 +403,15 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPre
   }
 }
 
-// BRASS_CUDA_PRE=0 turns these kernels off (A/B measurement knob).
+// A/B measurement knobs: on unless the variable is "0" (read once by each caller's static).
+bool knob_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+// BRASS_CUDA_PRE=0 turns these kernels off.
 bool pre_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("BRASS_CUDA_PRE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = knob_on("BRASS_CUDA_PRE");
   return on;
 }
 
@@ -427,12 +430,9 @@ void allow_staged_smem() {
   (void)set;
 }
 
-// BRASS_CUDA_DOWN_STAGE=0: the MoE down rows in registers (measurement knob).
+// BRASS_CUDA_DOWN_STAGE=0: the MoE down rows in registers.
 bool down_stage_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("BRASS_CUDA_DOWN_STAGE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = knob_on("BRASS_CUDA_DOWN_STAGE");
   return on;
 }
 
@@ -518,10 +518,7 @@ bool block_t(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
 // BRASS_CUDA_QKV_STAGE=0: q/k/v rows in registers (measurement knob; Q8_0 with n % 64 == 0
 // stages them in shared memory otherwise).
 bool qkv_stage_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("BRASS_CUDA_QKV_STAGE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = knob_on("BRASS_CUDA_QKV_STAGE");
   return on;
 }
 
