@@ -71,6 +71,22 @@ struct HostWeight {
   }
 };
 
+// One MoE layer's experts, random: gate / up (n_embd -> n_ff) and down (n_ff -> n_embd),
+// n_expert of each, with their biases. Weights within 3 / sqrt(n_embd) (x4 for gate / up),
+// so some SwiGLU clamps fire.
+struct HostExperts {
+  HostWeight g, u, d;
+  std::vector<float> gb, ub, db;
+  HostExperts(Rng& rng, DType t, int64_t n_embd, int64_t n_ff, int64_t n_expert)
+      : g(rng, t, n_embd, n_ff, n_expert, amp(n_embd) * 4),
+        u(rng, t, n_embd, n_ff, n_expert, amp(n_embd) * 4),
+        d(rng, t, n_ff, n_embd, n_expert, amp(n_embd)),
+        gb(rng.vec(n_expert * n_ff)),
+        ub(rng.vec(n_expert * n_ff)),
+        db(rng.vec(n_expert * n_embd)) {}
+  static float amp(int64_t n_embd) { return 3.0f / std::sqrt(static_cast<float>(n_embd)); }
+};
+
 WeightView on_gpu(Backend& gpu, const WeightView& w) {
   auto r = gpu.prepare_weight(w);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
@@ -306,10 +322,8 @@ TEST_P(CudaOpsMode, MoeExperts) {
                         Case{DType::MXFP4, 2880, 2880, 32, 4, 1}, Case{DType::F32, 36, 20, 4, 2, 2},
                         Case{DType::MXFP4, 96, 160, 8, 4, 1}, Case{DType::Q8_0, 64, 96, 6, 4, 1}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
-    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));  // some SwiGLU clamps fire
-    HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
-        d(f.rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp);
-    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
+    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     std::vector<int32_t> ids(c.n_tok * c.k);
     std::vector<float> w(c.n_tok * c.k);
@@ -359,11 +373,8 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   for (const Case& c : {Case{128, 192, 8, 4, 5, -1, 8}, Case{64, 128, 8, 2, 37, 1, 7}, Case{192, 64, 8, 4, 25, -1, 6},
                         Case{2880, 2880, 32, 4, 16, -1, 32}, Case{64, 64, 4, 2, 2, 3, 4}}) {
     SCOPED_TRACE(::testing::Message() << c.n_embd << "/" << c.n_ff << " experts " << c.n_expert << " tok " << c.n_tok);
-    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
-    HostWeight g(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert, amp * 4),
-        u(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert, amp * 4),
-        d(f.rng, DType::MXFP4, c.n_ff, c.n_embd, c.n_expert, amp);
-    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    HostExperts ex(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert);
+    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     std::vector<int32_t> ids(c.n_tok * c.k);
     std::vector<float> w(c.n_tok * c.k);
@@ -409,10 +420,8 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
   for (const Case& c : {Case{DType::MXFP4, 96, 160, 8, 4, 3}, Case{DType::Q8_0, 64, 96, 6, 2, 2},
                         Case{DType::MXFP4, 2880, 2880, 32, 4, 1}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
-    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
-    HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
-        d(f.rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp);
-    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
+    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     auto logits = f.rng.vec(c.n_tok * c.n_expert, -4, 4);
     std::vector<int32_t> ids(c.n_tok * c.k);
@@ -464,10 +473,9 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
   for (const Case& c : {Case{DType::MXFP4, 2880, 2880, 32, 4, 1}, Case{DType::MXFP4, 96, 160, 8, 4, 1},
                         Case{DType::Q8_0, 64, 96, 6, 4, 1}, Case{DType::MXFP4, 96, 160, 8, 4, 2}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff << " tok " << c.n_tok);
-    const float amp = 3.0f / std::sqrt(static_cast<float>(c.n_embd));
-    HostWeight g(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4), u(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert, amp * 4),
-        d(f.rng, c.t, c.n_ff, c.n_embd, c.n_expert, amp), wr(f.rng, DType::F32, c.n_embd, c.n_expert);
-    auto gb = f.rng.vec(c.n_expert * c.n_ff), ub = f.rng.vec(c.n_expert * c.n_ff), db = f.rng.vec(c.n_expert * c.n_embd);
+    HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
+    auto& [g, u, d, gb, ub, db] = ex;
+    HostWeight wr(f.rng, DType::F32, c.n_embd, c.n_expert);
     auto rb = f.rng.vec(c.n_expert), norm = f.rng.vec(c.n_embd, 0.5, 1.5);
     const WeightView gg = on_gpu(*f.gpu, g.view), gu = on_gpu(*f.gpu, u.view), gd = on_gpu(*f.gpu, d.view),
                      gr = on_gpu(*f.gpu, wr.view);
