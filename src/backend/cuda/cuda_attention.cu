@@ -1116,10 +1116,7 @@ void launch_kv_store(const KvStoreP& a, cudaStream_t st) {
 // Both launchers below skip the counters, so they stay at zero between launches.
 // (BRASS_CUDA_ATTN_DECODE=0: decode tokens take the split + combine pair too; measurement knob.)
 static bool use_decode_kernel(const AttentionP& a, const SeqP& s) {
-  static const bool on = [] {
-    const char* v = std::getenv("BRASS_CUDA_ATTN_DECODE");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = knob_on("BRASS_CUDA_ATTN_DECODE");
   return on && s.n_tok == 1 && a.n_head_kv <= kTicketSlots;
 }
 

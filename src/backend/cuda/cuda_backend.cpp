@@ -328,10 +328,7 @@ class CudaBackend final : public Backend {
   // (BRASS_CUDA_MOE_BLOCK=0 composes always: measurement knob.)
   void moe_block(const MoeBlockArgs& a) override {
     if (updating_) return;
-    static const bool on = [] {
-      const char* v = std::getenv("BRASS_CUDA_MOE_BLOCK");
-      return !(v && std::string(v) == "0");
-    }();
+    static const bool on = knob_on("BRASS_CUDA_MOE_BLOCK");
     if (q8x_ && on && a.moe.n_tok == 1) {
       const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
                         a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
@@ -368,8 +365,8 @@ class CudaBackend final : public Backend {
     return true;
   }
   void attn_qkv(const AttnQkvArgs& in) override {
-    if (in.norm) {  // the input is the residual: norm it (fused for one token)
-      if (!updating_ && qkv_pre(in)) return;
+    if (!updating_ && qkv_pre(in)) return;
+    if (in.norm) {  // the input is the residual: norm it (fused above for one token)
       if (!updating_)
         launch_rms_norm({const_cast<float*>(in.x), nullptr, in.norm, in.xn, in.n_tok, in.wq.ne[0], in.eps}, false, st_);
       AttnQkvArgs a = in;
@@ -378,7 +375,6 @@ class CudaBackend final : public Backend {
       attn_qkv(a);
       return;
     }
-    if (!updating_ && qkv_pre(in)) return;
     const AttnQkvArgs& a = in;
     // The fused kernel serves one sequence with its KV storage in the launch arguments;
     // a graph update checks the composed form (whose KV store fails it unless batched).

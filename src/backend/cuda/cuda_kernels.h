@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <utility>
 
@@ -30,6 +31,13 @@
 #define BRASS_CUDA_LAUNCHED() BRASS_CUDA_CHECK(cudaGetLastError())
 
 namespace brass::backend::cuda {
+
+// A/B measurement knob: on unless the environment variable is "0" (callers read it once,
+// into a static).
+inline bool knob_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && std::strcmp(v, "0") == 0);
+}
 
 // Launch with programmatic stream serialization (see cuda_common.cuh) unless disabled
 // (set_pdl(false), or BRASS_CUDA_PDL=0 in the backend).

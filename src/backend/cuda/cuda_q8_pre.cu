@@ -24,8 +24,6 @@
 // in another order).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_probe.cuh"
 #include "backend/cuda/cuda_rowfrag.cuh"
@@ -401,12 +399,6 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPre
     store_kv(c + slot * row + r0, x0);
     store_kv(c + slot * row + r1, x1);
   }
-}
-
-// A/B measurement knobs: on unless the variable is "0" (read once by each caller's static).
-bool knob_on(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // BRASS_CUDA_PRE=0 turns these kernels off.
