@@ -374,7 +374,8 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
     const LayerWeights& L = w_.layers[il];
     // ---- attention block (xn = attn_norm(x) on entry, or normed by attn_qkv) ----
     be.attn_qkv({.x = fold ? x : xn, .norm = fold ? L.attn_norm : nullptr, .eps = c.rms_eps, .xn = xn, .wq = L.wq,
-                 .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv, .q = q, .k = k, .v = v, .pos = pos, .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
+                 .wk = L.wk, .wv = L.wv, .bq = L.bq, .bk = L.bk, .bv = L.bv, .q = q, .k = k, .v = v, .pos = pos,
+                 .inv_freq = inv_freq, .mscale = rope_.mscale, .n_tok = n_tok,
                  .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim, .kv_type = kv_.type(),
                  .seqs = seqs[il]});
     be.attention({.q = q, .sinks = L.sinks, .out = attn, .kv_type = kv_.type(), .n_head = c.n_head,
