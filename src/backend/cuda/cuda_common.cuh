@@ -49,6 +49,26 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Copies n elements global -> shared with up to U loads of a thread in flight at once. A
+// plain copy loop waits one L2 round trip per step: each store needs its load's value, and
+// the compiler does not move the next load above a store that may alias it.
+template <int U, class T>
+__device__ __forceinline__ void copy_to_smem(T* dst, const T* src, int n) {
+  for (int base = 0; base < n; base += U * static_cast<int>(blockDim.x)) {
+    T v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+      if (i < n) v[u] = src[i];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+      if (i < n) dst[i] = v[u];
+    }
+  }
+}
+
 // Bulk L2 prefetch of [p, p + bytes), widened to 16-byte alignment.
 __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15);

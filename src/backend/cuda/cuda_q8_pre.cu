@@ -173,7 +173,10 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
 
 // grid (n_ff / 4, k), 4 warps: warp w owns ff row 4 b + w of slot blockIdx.y.
 // counters: one per (slot, 32-row group), the ticket of the group's 8 blocks.
-template <int TYPE, int C>
+// XS: x (n_in <= kMaxXs) copied to shared memory while the rows load, so the dot products
+// read it there instead of from L2 once the rows have arrived.
+constexpr int kMaxXs = 4 * kNormVec * kThreads;  // the launch's n_embd bound
+template <int TYPE, int C, bool XS>
 __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
                                                                      const float* __restrict__ ub,
                                                                      const int8_t* __restrict__ xq,
@@ -182,6 +185,8 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
                                                                      int8_t* act_q, float* act_d, unsigned* counters,
                                                                      float alpha, float limit) {
   __shared__ bool last;
+  __shared__ __align__(16) int8_t sxq[XS ? kMaxXs : 16];
+  __shared__ float sxd[XS ? kMaxXs / 32 : 1];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
@@ -199,8 +204,22 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   frag_load<TYPE, C>(u, up, row, lane);
   const float bg = gb ? gb[row] : 0.f, bu = ub ? ub[row] : 0.f;
   const int nc = frag_chunks<TYPE>(gate.n_in);
-  const float gv = warp_sum(frag_dot<TYPE, C>(g, xq, xd, nc, lane));
-  const float uv = warp_sum(frag_dot<TYPE, C>(u, xq, xd, nc, lane));
+  if constexpr (XS) {  // all loads of the copy in flight together (n / 16 <= 2 per thread)
+    constexpr int kT = kGuRows * kWarp;
+    const int n16 = static_cast<int>(gate.n_in / 16), n32 = static_cast<int>(gate.n_in / 32), t = threadIdx.x;
+    const int4* x4 = reinterpret_cast<const int4*>(xq);
+    const int4 a0 = t < n16 ? x4[t] : make_int4(0, 0, 0, 0);
+    const int4 a1 = t + kT < n16 ? x4[t + kT] : make_int4(0, 0, 0, 0);
+    const float d0 = t < n32 ? xd[t] : 0.f;
+    if (t < n16) reinterpret_cast<int4*>(sxq)[t] = a0;
+    if (t + kT < n16) reinterpret_cast<int4*>(sxq)[t + kT] = a1;
+    if (t < n32) sxd[t] = d0;
+    __syncthreads();
+  }
+  const int8_t* xs = XS ? sxq : xq;
+  const float* ds = XS ? sxd : xd;
+  const float gv = warp_sum(frag_dot<TYPE, C>(g, xs, ds, nc, lane));
+  const float uv = warp_sum(frag_dot<TYPE, C>(u, xs, ds, nc, lane));
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
   BRASS_PROBE_MARK(1, 3);
   // One ticket per block (the release is cumulative over the barrier): the group's 8th
@@ -227,8 +246,8 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // the wait (in registers, 124 of them: 2 blocks an SM, 96 blocks after the wait).
 template <int TYPE, int C, bool STAGE>
 __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
-    moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_q,
-                        const float* __restrict__ act_d, const int32_t* __restrict__ ids,
+    moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_qd,
+                        const int32_t* __restrict__ ids,
                         const float* __restrict__ wts, float* out, bool accumulate) {
   constexpr int K = 4;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -261,9 +280,10 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   pdl_wait();
   pdl_trigger();
   BRASS_PROBE_MARK(2, 1);
-  for (int i = threadIdx.x; i < K * n / 16; i += kThreads)
-    reinterpret_cast<int4*>(sq)[i] = reinterpret_cast<const int4*>(act_q)[i];
-  for (int i = threadIdx.x; i < K * (n / 32); i += kThreads) sd[i] = act_d[i];
+  // act_q [K][n] and act_d [K][n / 32] lie back to back in global and shared memory: one
+  // copy with all of a thread's loads in flight (two plain loops: ~5 round trips)
+  copy_to_smem<4>(reinterpret_cast<int4*>(smem), reinterpret_cast<const int4*>(act_qd),
+                  static_cast<int>(down_act_smem(n) / 16));
   if constexpr (STAGE) cp_async_wait_all();
   __syncthreads();
   BRASS_PROBE_MARK(2, 2);
@@ -452,7 +472,8 @@ bool matvec_pre_t(const MatmulP& a, cudaStream_t st) {
 }
 
 // Scratch layout of the MoE block: xq [n_embd] | xd [n_embd / 32] | act [4][n_ff] f32 |
-// act_q [4][n_ff] | act_d [4][n_ff / 32] (each 16-byte aligned).
+// act_q [4][n_ff] | act_d [4][n_ff / 32] (each 16-byte aligned; act_d right after act_q
+// as n_ff % 32 == 0: moe_down_pre_kernel copies both at once).
 struct BlockScratch {
   int8_t* xq; float* xd; float* act; int8_t* act_q; float* act_d;
   int64_t bytes;
@@ -469,6 +490,12 @@ struct BlockScratch {
   }
 };
 
+// BRASS_CUDA_GU_XSMEM=0: gate/up reads x from global memory (measurement knob).
+bool gu_xsmem_on() {
+  static const bool on = knob_on("BRASS_CUDA_GU_XSMEM");
+  return on;
+}
+
 template <int TYPE, int C>
 void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cudaStream_t st) {
   const MoeP& m = a.moe;
@@ -476,23 +503,23 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   launch_pdl(norm_router_kernel<TYPE == kMX>, dim3(static_cast<unsigned>(a.n_expert)), dim3(kThreads),
              static_cast<size_t>(n_embd) * 4, st, a, s.xq, s.xd, counters);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(gate_up_xq_kernel<TYPE, C>, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
+  auto gu = gu_xsmem_on() ? gate_up_xq_kernel<TYPE, C, true> : gate_up_xq_kernel<TYPE, C, false>;
+  launch_pdl(gu, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
              dim3(kGuRows * kWarp), 0, st, m.gate, m.up, m.gate_bias, m.up_bias, static_cast<const int8_t*>(s.xq),
              static_cast<const float*>(s.xd), static_cast<const int32_t*>(m.ids), s.act, s.act_q, s.act_d,
              counters + 1, m.alpha, m.limit);
   BRASS_CUDA_LAUNCHED();
   const dim3 gd(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps));
-  const auto* aq = static_cast<const int8_t*>(s.act_q);
-  const auto* ad = static_cast<const float*>(s.act_d);
+  const auto* aq = static_cast<const int8_t*>(s.act_q);  // act_d follows (BlockScratch)
   float* out = a.accumulate ? a.y : m.out;
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
     launch_pdl(moe_down_pre_kernel<TYPE, C, kS>, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
-               aq, ad, m.ids, m.weights, out, a.accumulate);
+               aq, m.ids, m.weights, out, a.accumulate);
   } else {
     launch_pdl(moe_down_pre_kernel<TYPE, C, false>, gd, dim3(kThreads), down_smem(n_ff, false), st, m.down,
-               m.down_bias, aq, ad, m.ids, m.weights, out, a.accumulate);
+               m.down_bias, aq, m.ids, m.weights, out, a.accumulate);
   }
   BRASS_CUDA_LAUNCHED();
 }

@@ -1,0 +1,196 @@
+// cuda_gu_pattern: is the one-token MoE gate/up kernel slow because of its memory access
+// pattern, or because of how it issues its loads? Reads exactly the bytes gate/up reads
+// for one gpt-oss-20b token (4 experts' gate and up rows: 2880 rows x 1440 code bytes +
+// 90 E8M0 scale bytes each, ~35 MB) with no arithmetic, in several shapes, and a plain
+// contiguous read of the same size for reference. Each launch reads another "layer"
+// (24 layers of 32 experts' gate and up tensors, ~6.8 GB) so nothing hits in L2; time
+// per launch from CUDA events over back-to-back launches.
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int kExperts = 32, kRows = 2880, kCode = 1440, kScale = 90, kLayers = 24, kSlots = 4;
+constexpr size_t kTensorCodes = size_t(kExperts) * kRows * kCode;
+constexpr size_t kTensorScales = size_t(kExperts) * kRows * kScale;
+constexpr size_t kLayerBytes = 2 * (kTensorCodes + kTensorScales);  // gate codes | up codes | gate s | up s
+
+struct Layer {
+  const uint8_t* gq;
+  const uint8_t* uq;
+  const uint8_t* gs;
+  const uint8_t* us;
+  int ids[kSlots];
+};
+
+__device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+// The current kernel's shape: grid (rows / 4, slots), a warp per (slot, row), both rows'
+// codes (3 x 16 bytes a lane) and scales (3 bytes a lane) loaded at once.
+template <bool SCALES, bool SLOT_FAST>
+__global__ void __launch_bounds__(128) gu_rows(Layer L, unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int slot, blk;
+  if (SLOT_FAST) {
+    slot = blockIdx.x % kSlots;
+    blk = blockIdx.x / kSlots;
+  } else {
+    slot = blockIdx.y;
+    blk = blockIdx.x;
+  }
+  const int64_t row = int64_t(L.ids[slot]) * kRows + blk * 4 + warp;
+  uint4 g[3], u[3];
+  unsigned s = 0;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int c = lane + 32 * i;
+    g[i] = c < 90 ? __ldg(reinterpret_cast<const uint4*>(L.gq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+    u[i] = c < 90 ? __ldg(reinterpret_cast<const uint4*>(L.uq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+    if (SCALES && c < 90) s ^= __ldg(L.gs + row * kScale + c) ^ (__ldg(L.us + row * kScale + c) << 8);
+  }
+  unsigned acc = s;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) acc ^= fold(g[i]) ^ fold(u[i]);
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp4(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait_groups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// A persistent ring: 8 warps a block, each warp walks units (slot, row) with S stages of
+// 3 KB in shared memory (gate codes | up codes | gate and up scale words) in flight.
+constexpr int kStage = 2 * kCode + 2 * 128;
+template <int S>
+__global__ void __launch_bounds__(256) gu_ring(Layer L, unsigned* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint8_t* ring = smem + size_t(warp) * S * kStage;
+  const int tw = gridDim.x * 8, gw = blockIdx.x * 8 + warp, units = kSlots * kRows;
+  auto issue = [&](int u, uint8_t* st) {
+    if (u < units) {
+      const int64_t row = int64_t(L.ids[u / kRows]) * kRows + u % kRows;
+      const uint8_t* g = L.gq + row * kCode;
+      const uint8_t* up = L.uq + row * kCode;
+      for (int c = lane; c < 90; c += 32) {
+        cp16(st + c * 16, g + c * 16);
+        cp16(st + kCode + c * 16, up + c * 16);
+      }
+      const int64_t s0 = row * kScale;  // the 4-byte words covering the row's 90 scales
+      const int64_t w0 = s0 / 4, nw = (s0 + kScale + 3) / 4 - w0;
+      if (lane < nw) {
+        cp4(st + 2 * kCode + lane * 4, L.gs + (w0 + lane) * 4);
+        cp4(st + 2 * kCode + 128 + lane * 4, L.us + (w0 + lane) * 4);
+      }
+    }
+    commit();
+  };
+#pragma unroll
+  for (int k = 0; k < S; ++k) issue(gw + k * tw, ring + k * kStage);
+  unsigned acc = 0;
+  for (int k = 0; gw + k * tw < units; ++k) {
+    wait_groups<S - 1>();
+    __syncwarp();
+    uint8_t* st = ring + (k % S) * kStage;
+    for (int c = lane; c < 90; c += 32)
+      acc ^= fold(reinterpret_cast<const uint4*>(st)[c]) ^ fold(reinterpret_cast<const uint4*>(st + kCode)[c]);
+    acc ^= reinterpret_cast<const unsigned*>(st + 2 * kCode)[lane];
+    __syncwarp();
+    issue(gw + (k + S) * tw, st);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+__global__ void plain_read(const uint4* __restrict__ p, size_t n16, unsigned* sink) {
+  const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const size_t nt = static_cast<size_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (size_t i = tid; i < n16; i += 8 * nt) {
+    uint4 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = i + j * nt < n16 ? __ldg(p + i + j * nt) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= fold(v[j]);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  uint8_t* buf = nullptr;
+  unsigned* sink = nullptr;
+  if (cudaMalloc(&buf, kLayerBytes * kLayers) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess) return 1;
+  cudaMemset(buf, 1, kLayerBytes * kLayers);
+  std::mt19937 rng(11);
+  auto layers = [&](bool adjacent) {
+    std::vector<Layer> v(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      const uint8_t* b = buf + size_t(l) * kLayerBytes;
+      v[l] = {b, b + kTensorCodes, b + 2 * kTensorCodes, b + 2 * kTensorCodes + kTensorScales, {}};
+      std::vector<int> e(kExperts);
+      for (int i = 0; i < kExperts; ++i) e[i] = i;
+      std::shuffle(e.begin(), e.end(), rng);
+      for (int s = 0; s < kSlots; ++s) v[l].ids[s] = adjacent ? s : e[s];
+    }
+    return v;
+  };
+  const std::vector<Layer> rnd = layers(false), adj = layers(true);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const double mb = 2.0 * kSlots * kRows * (kCode + kScale) / 1e6;
+  auto timeit = [&](const char* name, auto launch) {
+    float ms = 0.f;
+    const int reps = 48;
+    for (int pass = 0; pass < 2; ++pass) {
+      cudaEventRecord(a);
+      for (int r = 0; r < reps; ++r) launch(r % kLayers);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      cudaEventElapsedTime(&ms, a, b);
+    }
+    const double us = ms * 1e3 / reps;
+    const cudaError_t e = cudaGetLastError();
+    std::printf("%-40s %8.2f us %8.0f GB/s %s\n", name, us, mb * 1e3 / us, e ? cudaGetErrorString(e) : "");
+  };
+  std::printf("gate/up bytes of one token: %.1f MB, %d SMs\n", mb, sms);
+  timeit("plain contiguous read, 4 blocks/SM", [&](int l) {
+    plain_read<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(buf + size_t(l) * kLayerBytes),
+                                 size_t(mb * 1e6) / 16, sink);
+  });
+  timeit("rows (720,4) x 128: codes + scales", [&](int l) { gu_rows<true, false><<<dim3(720, 4), 128>>>(rnd[l], sink); });
+  timeit("rows: codes only", [&](int l) { gu_rows<false, false><<<dim3(720, 4), 128>>>(rnd[l], sink); });
+  timeit("rows: experts 0-3 (adjacent)", [&](int l) { gu_rows<true, false><<<dim3(720, 4), 128>>>(adj[l], sink); });
+  timeit("rows: slot-fastest block order", [&](int l) { gu_rows<true, true><<<2880, 128>>>(rnd[l], sink); });
+  auto ring = [&](auto kern, int stages, int bps, const char* name) {
+    const int smem = 8 * stages * kStage;
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    timeit(name, [&](int l) { kern<<<sms * bps, 256, smem>>>(rnd[l], sink); });
+  };
+  ring(gu_ring<2>, 2, 2, "ring 2 stages x 16 warps/SM");
+  ring(gu_ring<4>, 4, 2, "ring 4 stages x 16 warps/SM");
+  ring(gu_ring<3>, 3, 2, "ring 3 stages x 16 warps/SM");
+  ring(gu_ring<6>, 6, 1, "ring 6 stages x 8 warps/SM");
+  ring(gu_ring<2>, 2, 4, "ring 2 stages x 32 warps/SM");
+  return 0;
+}
