@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|burst]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|burst|gupattern]...
 #   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3" runs --streams $STREAMS once per
 #   env setting (same build: the BRASS_CUDA_* measurement knobs); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
@@ -13,7 +13,8 @@
 #   env setting in TRACE_AB ("A=1;A=0"); burst: cold-read time of one kernel per size
 #   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
-#   env setting in PROBE_AB.
+#   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
+#   cold reads (bench/cuda_gu_pattern.cu).
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -140,6 +141,9 @@ for s in $STAGES; do
         echo "== probe [$e] $(grep -m1 -E '^tg128' "$OUT/probe.log")"
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
       done ;;
+    gupattern)
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
+        tee "$OUT/gu_pattern.txt" ;;
     burst)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |
         tee "$OUT/burst.txt" ;;
