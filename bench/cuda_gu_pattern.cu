@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda_cold_read.cuh"
+
 namespace {
 
 constexpr int kExperts = 32, kRows = 2880, kCode = 1440, kScale = 90, kLayers = 24, kSlots = 4;
@@ -117,20 +119,6 @@ __global__ void __launch_bounds__(256) gu_ring(Layer L, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
-__global__ void plain_read(const uint4* __restrict__ p, size_t n16, unsigned* sink) {
-  const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  const size_t nt = static_cast<size_t>(gridDim.x) * blockDim.x;
-  unsigned acc = 0;
-  for (size_t i = tid; i < n16; i += 8 * nt) {
-    uint4 v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = i + j * nt < n16 ? __ldg(p + i + j * nt) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc ^= fold(v[j]);
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
 }  // namespace
 
 int main() {
@@ -174,7 +162,7 @@ int main() {
   };
   std::printf("gate/up bytes of one token: %.1f MB, %d SMs\n", mb, sms);
   timeit("plain contiguous read, 4 blocks/SM", [&](int l) {
-    plain_read<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(buf + size_t(l) * kLayerBytes),
+    read_kernel<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(buf + size_t(l) * kLayerBytes),
                                  size_t(mb * 1e6) / 16, sink);
   });
   timeit("rows (720,4) x 128: codes + scales", [&](int l) { gu_rows<true, false><<<dim3(720, 4), 128>>>(rnd[l], sink); });
