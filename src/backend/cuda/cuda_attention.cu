@@ -333,13 +333,6 @@ __device__ __forceinline__ void f4_to(float* f, float4 a, float4 b) {
   f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
-// Ticket for "the last split block to finish merges": acq_rel, see dec_finish.
-__device__ __forceinline__ unsigned dec_ticket(unsigned* c) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
-  return old;
-}
-
 // The end of a decode block, after its warps wrote their (m, l, acc) to shared memory
 // (wm, wl, wacc: kDecWarps rows; sk: the sinks, -inf for none): with one used split, out
 // directly; otherwise this split's partial, a ticket, and for the last block of the kv
@@ -390,7 +383,7 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   // last block's reads. (A __threadfence in each of the 256 threads cost more.)
   __syncthreads();
   if (tid == 0) {
-    *last = dec_ticket(&tickets[g]) == static_cast<unsigned>(used - 1);
+    *last = ticket_acq_rel(&tickets[g]) == static_cast<unsigned>(used - 1);
     if (*last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
   }
   __syncthreads();

@@ -164,8 +164,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)");
-    const char* pdl = std::getenv("BRASS_CUDA_PDL");  // 0: plain launches (no overlap)
-    set_pdl(!(pdl && std::string(pdl) == "0"));
+    set_pdl(knob_on("BRASS_CUDA_PDL"));  // 0: plain launches (no overlap)
     if (tc) tc_ = std::make_unique<TensorCores>(st_, *tc);
   }
   ~CudaBackend() override {
@@ -564,8 +563,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
     return Status::errorf("cuda backend: device {} does not exist ({} found)", o.device, n);
   const char* exact = std::getenv("BRASS_CUDA_EXACT");
   const bool q8x = o.int8_activations && !(exact && std::string(exact) == "1");
-  const char* tc_env = std::getenv("BRASS_CUDA_TC");
-  const bool tc_on = q8x && o.tensor_cores && !(tc_env && std::string(tc_env) == "0");
+  const bool tc_on = q8x && o.tensor_cores && knob_on("BRASS_CUDA_TC");
   TcOptions tc{.enabled = true, .min_tok_dense = o.tc_min_tok_dense, .min_slots_per_expert = o.tc_min_slots_per_expert};
   // Measurement knob: the MoE's tensor-core threshold in slots per expert.
   if (const char* m = std::getenv("BRASS_CUDA_TC_MOE_MIN"); m && std::atoll(m) > 0) tc.min_slots_per_expert = std::atoll(m);

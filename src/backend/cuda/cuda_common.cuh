@@ -77,6 +77,16 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(static_cast<uint32_t>(e - a)) : "memory");
 }
 
+// Ticket for "the last one to finish does the rest" (an atomic add of 1, old value back):
+// the release makes this thread's earlier writes visible to whoever draws the last
+// ticket, the acquire makes everyone's visible to it (its block's other threads see them
+// after a barrier).
+__device__ __forceinline__ unsigned ticket_acq_rel(unsigned* c) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

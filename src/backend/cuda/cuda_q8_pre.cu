@@ -85,15 +85,6 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   BRASS_PROBE_MARK(4, 3);
 }
 
-// Ticket for "the last one to finish does the rest": the release makes this thread's
-// earlier writes visible to whoever draws the last ticket, the acquire makes everyone's
-// visible to it (its block's other threads see them after a barrier).
-__device__ __forceinline__ unsigned ticket_acq_rel(unsigned* c) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
-  return old;
-}
-
 __device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {  // (v * s) * w, as rms_norm_kernel
   return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
 }
