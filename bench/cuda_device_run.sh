@@ -142,7 +142,7 @@ for s in $STAGES; do
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
       done ;;
     gupattern)
-      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
+      nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;
     burst)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |

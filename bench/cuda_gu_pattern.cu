@@ -5,7 +5,7 @@
 // contiguous read of the same size for reference. Each launch reads another "layer"
 // (24 layers of 32 experts' gate and up tensors, ~6.8 GB) so nothing hits in L2; time
 // per launch from CUDA events over back-to-back launches.
-// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup
+// Build: nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,9 +14,13 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "cuda_cold_read.cuh"
 
 namespace {
+
+using brass::backend::cuda::cp_async16;
+using brass::backend::cuda::cp_async4;
 
 constexpr int kExperts = 32, kRows = 2880, kCode = 1440, kScale = 90, kLayers = 24, kSlots = 4;
 constexpr size_t kTensorCodes = size_t(kExperts) * kRows * kCode;
@@ -62,14 +66,6 @@ __global__ void __launch_bounds__(128) gu_rows(Layer L, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp4(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wait_groups() {
@@ -91,14 +87,14 @@ __global__ void __launch_bounds__(256) gu_ring(Layer L, unsigned* sink) {
       const uint8_t* g = L.gq + row * kCode;
       const uint8_t* up = L.uq + row * kCode;
       for (int c = lane; c < 90; c += 32) {
-        cp16(st + c * 16, g + c * 16);
-        cp16(st + kCode + c * 16, up + c * 16);
+        cp_async16(st + c * 16, g + c * 16);
+        cp_async16(st + kCode + c * 16, up + c * 16);
       }
       const int64_t s0 = row * kScale;  // the 4-byte words covering the row's 90 scales
       const int64_t w0 = s0 / 4, nw = (s0 + kScale + 3) / 4 - w0;
       if (lane < nw) {
-        cp4(st + 2 * kCode + lane * 4, L.gs + (w0 + lane) * 4);
-        cp4(st + 2 * kCode + 128 + lane * 4, L.us + (w0 + lane) * 4);
+        cp_async4(st + 2 * kCode + lane * 4, L.gs + (w0 + lane) * 4);
+        cp_async4(st + 2 * kCode + 128 + lane * 4, L.us + (w0 + lane) * 4);
       }
     }
     commit();
