@@ -15,9 +15,9 @@
 //
 // allOf: when the node and all its members (through $ref and nested allOf, flattened)
 // are plain object schemas (only type object / properties / required /
-// additionalProperties / min/maxProperties), they are merged into one object schema (properties and required united; a property
-// declared twice must satisfy both). Otherwise the members are kept as a conjunction the
-// validator enforces together.
+// additionalProperties / min/maxProperties), they are merged into one object schema
+// (properties and required united; a property declared twice must satisfy both).
+// Otherwise the members are kept as a conjunction the validator enforces together.
 #pragma once
 
 #include <cmath>
