@@ -359,7 +359,9 @@ TEST_P(CudaOpsMode, MoeExperts) {
 // tensor-core threshold) against the q8x twin: tiles of 8 / 16 / 32 tokens per pass (the
 // three kernel variants), an expert that receives every token (several passes), experts
 // that receive none, the real 2880 x 2880 shape; also == the per-slot dp4a path within the
-// same bound (both are the twin's numerics, summed in another order).
+// same bound (both are the twin's numerics, summed in another order). The 2880 shapes run
+// the k_loop_mx1 kernels (unless BRASS_CUDA_MOE_FAST=0); at 44 tokens expert 9 gets all
+// of them: six passes of 8 columns, the last with 4 missing columns.
 TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);
@@ -371,7 +373,8 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   struct Case { int64_t n_embd, n_ff, n_expert, k, n_tok; int hot; int used; };
   // hot >= 0: every token's first expert is `hot`; used: experts drawn from [0, used).
   for (const Case& c : {Case{128, 192, 8, 4, 5, -1, 8}, Case{64, 128, 8, 2, 37, 1, 7}, Case{192, 64, 8, 4, 25, -1, 6},
-                        Case{2880, 2880, 32, 4, 16, -1, 32}, Case{64, 64, 4, 2, 2, 3, 4}}) {
+                        Case{2880, 2880, 32, 4, 16, -1, 32}, Case{2880, 2880, 32, 4, 44, 9, 32},
+                        Case{64, 64, 4, 2, 2, 3, 4}}) {
     SCOPED_TRACE(::testing::Message() << c.n_embd << "/" << c.n_ff << " experts " << c.n_expert << " tok " << c.n_tok);
     HostExperts ex(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert);
     auto& [g, u, d, gb, ub, db] = ex;

@@ -237,6 +237,114 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   }
 }
 
+// One K step (64 elements) of the grouped MoE's one-tile loops below, from the operands a
+// lane holds: wv[m][i] its words t, t + 4 of row g + 8 i of matrix m; ex[m][i] the row's
+// two E8M0 bytes (block 2p in bits 0..7); bv / bn its column's activations of blocks 2p,
+// 2p + 1 and their negated twin; own: its column's two block scales. The same sums as
+// k_loop<kMX, NM, 1> (two-part decode), with fewer integer-pipe instructions, the pipe that
+// bound that loop (ncu at 32 streams: ALU 60% busy, 264 ALU instructions a K step of a
+// warp, of which ~90 the E8M0 conversion and 64-bit address arithmetic):
+// - the E8M0 byte becomes 2^(E-127) as float bits max(E << 23, 2^-127's bits), exact for
+//   every E; the 0.5 of the doubled code magnitudes goes into the activation scale;
+// - the C columns' scales (columns 2t, 2t + 1) come by shuffle from the lanes that hold
+//   those columns as B.
+template <int NM>
+__device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_t (&ex)[NM][4], const uint2 (&bv)[2],
+                                         const uint2 (&bn)[2], float2 own, float (&acc)[NM][2][1][4]) {
+  const int t = threadIdx.x & 3;
+  const int src0 = 8 * t, src1 = 8 * t + 4;  // lanes holding B columns 2t and 2t + 1
+  float xs[2][2];
+  xs[0][0] = __shfl_sync(0xffffffffu, own.x, src0) * 0.5f;
+  xs[0][1] = __shfl_sync(0xffffffffu, own.x, src1) * 0.5f;
+  xs[1][0] = __shfl_sync(0xffffffffu, own.y, src0) * 0.5f;
+  xs[1][1] = __shfl_sync(0xffffffffu, own.y, src1) * 0.5f;
+#pragma unroll
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int blk = 0; blk < 2; ++blk)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
+        const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
+        const uint32_t nlo = ~lo, nhi = ~hi;
+        int c[4] = {0, 0, 0, 0};
+        mma_s8(c, mx_pos_part(lo), mx_pos_part(hi), mx_pos_part(lo >> 16), mx_pos_part(hi >> 16), bv[blk].x,
+               bv[blk].y);
+        mma_s8(c, mx_neg_part(nlo), mx_neg_part(nhi), mx_neg_part(nlo >> 16), mx_neg_part(nhi >> 16), bn[blk].x,
+               bn[blk].y);
+        float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t e = ex[m][2 * mt + h];
+          const uint32_t bits = (blk ? e << 15 : e << 23) & 0x7F800000u;
+          w[h] = __uint_as_float(max(bits, 0x00400000u));
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[m][mt][0][j] += static_cast<float>(c[j]) * (w[j >> 1] * xs[blk][j & 1]);
+      }
+}
+
+// The grouped MoE's K loop for one token tile (NT = 1) of NM MXFP4 matrices whose rows are
+// N elements long (N known at compile time, gpt-oss: 2880, so row strides are immediates
+// and each matrix needs one pointer). Every column points at a real token row (a missing
+// column repeats another; its sums are computed and never stored), so nothing is checked
+// for null. xrow: this lane's column row + 8t, its negated twin at xrow + neg; xdrow: the
+// column's N / 32 scales. Warp w takes K steps w, w + KS, ...
+// The loop keeps one K step's loads in flight a warp (about 2 KB for gate/up), too few to
+// cover DRAM latency with 16 warps an SM (ncu at 32 streams: long-scoreboard stalls most
+// of the time), but three ways to keep more in flight measured slower at 32 streams on the
+// H200 (4,406-4,421 tok/s without): a cp.async ring of every operand, 2 or 3 stages a warp
+// (it hid the latency but cost more integer and shared-memory instructions than it saved),
+// 4,279 / 4,264; a bulk L2 prefetch of each block's whole rows at its start, 4,130; each
+// lane asking L2 for one row's bytes 1 or 2 steps ahead (prefetch.global.L2), 3,124 / 3,225.
+template <int N, int NM, int KS = kKs>
+__device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
+                                           const int8_t* xrow, int64_t neg, const float* xdrow,
+                                           float (&acc)[NM][2][1][4]) {
+  static_assert(N % 64 == 0, "MXFP4 K steps of 64");
+  constexpr int kRb = N / 2, kNb = N / 32, kSteps = N / 64;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  const uint8_t* q[NM];
+  const uint8_t* s[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    q[m] = wq[m] + (r0 + g) * kRb + 4 * t + 32 * warp;
+    s[m] = wsc[m] + (r0 + g) * kNb + 2 * warp;
+  }
+  const int8_t* xp = xrow + 64 * warp;
+  const int8_t* xn = xrow + neg + 64 * warp;
+  const float* xd = xdrow + 2 * warp;
+#pragma unroll 1
+  for (int p = warp; p < kSteps; p += KS) {
+    uint2 wv[NM][4];
+    uint32_t ex[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * 8 * kRb));
+        wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * 8 * kRb + 16));
+        ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * 8 * kNb));
+      }
+    uint2 bv[2], bn[2];
+#pragma unroll
+    for (int blk = 0; blk < 2; ++blk) {
+      bv[blk] = __ldg(reinterpret_cast<const uint2*>(xp + 32 * blk));
+      bn[blk] = __ldg(reinterpret_cast<const uint2*>(xn + 32 * blk));
+    }
+    const float2 own = __ldg(reinterpret_cast<const float2*>(xd));
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      q[m] += 32 * KS;
+      s[m] += 2 * KS;
+    }
+    xp += 64 * KS;
+    xn += 64 * KS;
+    xd += 2 * KS;
+    mx1_step<NM>(wv, ex, bv, bn, own, acc);
+  }
+}
+
 // Warps 1.. add their partial sums (NA floats per lane) into warp 0's registers.
 template <int NA, int KS = kKs>
 __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {

@@ -23,10 +23,13 @@ namespace {
 
 using namespace mma;
 
+constexpr int kGptOssDim = 2880;  // gpt-oss 20b / 120b: n_embd = expert n_ff = 2880
+
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
 // slots' sorted positions.
-template <int NT, int MINB>
+// N > 0: rows of N elements on the k_loop_mx1 path (NT 1; the caller checked n == N).
+template <int NT, int MINB, int N = 0>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
@@ -47,9 +50,15 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   const uint8_t* const wq[2] = {gate.q, up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
     float acc[2][2][NT][4] = {};
-    k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
+    if constexpr (N > 0) {
+      static_assert(NT == 1, "k_loop_mx1: one token tile");
+      const int64_t row = perm[off + min(base + g, cnt - 1)] / k;  // a missing column repeats the last
+      k_loop_mx1<N, 2>(wq, wsc, r0, xq + row * N + 8 * t, xneg, xd + row * (N / 32), acc);
+    } else {
+      const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
+      k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
+    }
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
 #pragma unroll
@@ -91,7 +100,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
 // grid (n_embd / 32, n_expert): block (x, e) computes down rows [32 x, 32 x + 32) of expert
 // e for all of e's slots: o[sorted position, row] = down row . act (no bias: the combine
 // adds it with the router weight).
-template <int NT, int MINB>
+template <int NT, int MINB, int N = 0>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
@@ -111,9 +120,16 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   const uint8_t* const wq[1] = {down.q};
   const uint8_t* const wsc[1] = {down.s};
   for (int base = 0; base < cnt; base += 8 * NT) {
-    const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
     float acc[1][2][NT][4] = {};
-    k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
+    if constexpr (N > 0) {
+      static_assert(NT == 1, "k_loop_mx1: one token tile");
+      const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+      const int64_t row = off + min(base + g, cnt - 1);
+      k_loop_mx1<N, 1>(wq, wsc, r0, act_q + row * N + 8 * t, aneg, act_d + row * (N / 32), acc);
+    } else {
+      const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
+      k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
+    }
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
     write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
@@ -130,16 +146,16 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT, int MINB = 1>
+template <int NT, int MINB = 1, int N = 0>
 void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
-  launch_pdl(moe_gate_up_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT, MINB>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB, N>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
@@ -206,7 +222,13 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
   // tile's registers cost more than the second pass of an expert with more than 8 tokens,
   // whose rows then come mostly from L2.)
   const int nt = force_nt ? force_nt : avg <= 10 ? 1 : 4;
-  if (nt == 2)
+  // gpt-oss's 2880 x 2880 experts on the leaner loop (k_loop_mx1, cuda_mma.cuh): 32 / 64
+  // streams 4,203 -> 4,418 / 6,348 -> 6,712 tok/s on the H200. BRASS_CUDA_MOE_FAST=0: the
+  // generic loop (measurement knob).
+  static const bool fast = knob_on("BRASS_CUDA_MOE_FAST");
+  if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim)
+    launch_typed<1, 4, kGptOssDim>(a, b, grp, e, st);
+  else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
   else if (nt == 4)
     launch_typed<4>(a, b, grp, e, st);
