@@ -237,7 +237,7 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
   }
 }
 
-// One K step (64 elements) of the grouped MoE's one-tile loops below, from the operands a
+// One K step (64 elements) of the grouped MoE's one-tile loop below, from the operands a
 // lane holds: wv[m][i] its words t, t + 4 of row g + 8 i of matrix m; ex[m][i] the row's
 // two E8M0 bytes (block 2p in bits 0..7); bv / bn its column's activations of blocks 2p,
 // 2p + 1 and their negated twin; own: its column's two block scales. The same sums as
