@@ -56,6 +56,15 @@ __device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
   return ((mx_pos_part(v) | 0x80808080u) - mx_neg_part(~v)) ^ 0x80808080u;
 }
 
+// c += one MXFP4 K-step half of a lane by the two-part decode: codes lo / hi (its words of
+// rows g / g + 8) times activations bv, and the negative codes' magnitudes times their
+// negated twin bn (w = P - N, one int32 accumulator).
+__device__ __forceinline__ void mma_mx_pn(int (&c)[4], uint32_t lo, uint32_t hi, uint2 bv, uint2 bn) {
+  const uint32_t nlo = ~lo, nhi = ~hi;
+  mma_s8(c, mx_pos_part(lo), mx_pos_part(hi), mx_pos_part(lo >> 16), mx_pos_part(hi >> 16), bv.x, bv.y);
+  mma_s8(c, mx_neg_part(nlo), mx_neg_part(nhi), mx_neg_part(nlo >> 16), mx_neg_part(nhi >> 16), bn.x, bn.y);
+}
+
 // Position of element e (0..31) of a Q8_0-activation group in MMA order: words (e / 4) and
 // (e / 4 + 4) of the natural order side by side.
 __device__ __forceinline__ int q8_mma_pos(int e) { return 8 * ((e & 15) >> 2) + 4 * (e >> 4) + (e & 3); }
@@ -194,16 +203,10 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
             }
           } else if constexpr (TYPE == kMX) {
             const uint32_t lo = blk ? wb[2 * mt] : wa[2 * mt], hi = blk ? wb[2 * mt + 1] : wa[2 * mt + 1];
-            const uint32_t nlo = ~lo, nhi = ~hi;
-            const uint32_t p0 = mx_pos_part(lo), p1 = mx_pos_part(hi), p2 = mx_pos_part(lo >> 16),
-                           p3 = mx_pos_part(hi >> 16);
-            const uint32_t n0 = mx_neg_part(nlo), n1 = mx_neg_part(nhi), n2 = mx_neg_part(nlo >> 16),
-                           n3 = mx_neg_part(nhi >> 16);
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
               int c[4] = {0, 0, 0, 0};
-              mma_s8(c, p0, p1, p2, p3, st.bv[j][blk].x, st.bv[j][blk].y);
-              mma_s8(c, n0, n1, n2, n3, st.bn[j][blk].x, st.bn[j][blk].y);
+              mma_mx_pn(c, lo, hi, st.bv[j][blk], st.bn[j][blk]);
               scale_acc(acc[m][mt][j], c, ws0, ws1, st.xs[j][blk]);
             }
           } else {
@@ -266,12 +269,8 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
         const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
-        const uint32_t nlo = ~lo, nhi = ~hi;
         int c[4] = {0, 0, 0, 0};
-        mma_s8(c, mx_pos_part(lo), mx_pos_part(hi), mx_pos_part(lo >> 16), mx_pos_part(hi >> 16), bv[blk].x,
-               bv[blk].y);
-        mma_s8(c, mx_neg_part(nlo), mx_neg_part(nhi), mx_neg_part(nlo >> 16), mx_neg_part(nhi >> 16), bn[blk].x,
-               bn[blk].y);
+        mma_mx_pn(c, lo, hi, bv[blk], bn[blk]);
         float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -279,8 +278,7 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
           const uint32_t bits = (blk ? e << 15 : e << 23) & 0x7F800000u;
           w[h] = __uint_as_float(max(bits, 0x00400000u));
         }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[m][mt][0][j] += static_cast<float>(c[j]) * (w[j >> 1] * xs[blk][j & 1]);
+        scale_acc(acc[m][mt][0], c, w[0], w[1], xs[blk]);
       }
 }
 
