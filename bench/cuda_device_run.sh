@@ -10,7 +10,8 @@
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
 #   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
-#   env setting in TRACE_AB ("A=1;A=0"); burst: cold-read time of one kernel per size
+#   env setting in TRACE_AB ("A=1;A=0"), bench arguments TRACE_ARGS (e.g. "--n-gen 0 --streams 32":
+#   one batched step per "token"); burst: cold-read time of one kernel per size
 #   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
@@ -124,8 +125,8 @@ for s in $STAGES; do
       IFS=';' read -ra TAB <<< "${TRACE_AB:-BRASS_CUDA_PDL=1}"
       for e in "${TAB[@]}"; do
         env $e LD_LIBRARY_PATH=$CU/lib64:$LD_LIBRARY_PATH CUDA_INJECTION64_PATH=/tmp/libktrace.so \
-          BRASS_TRACE_OUT="$OUT/trace.csv" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --depth ${TRACE_DEPTH:-0} \
-          --n-gen 32 > "$OUT/trace.log" 2>&1
+          BRASS_TRACE_OUT="$OUT/trace.csv" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" \
+          ${TRACE_ARGS:---depth ${TRACE_DEPTH:-0} --n-gen 32} > "$OUT/trace.log" 2>&1
         echo "== trace [$e]"; python3 bench/cuda_nsys_timeline.py "$OUT/trace.csv" --tokens 16 | tee -a "$OUT/timeline.txt"
       done ;;
     probe)

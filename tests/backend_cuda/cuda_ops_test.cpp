@@ -663,6 +663,12 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {0, 100, 4000, 17, 1}, {1, 1, 1, 1, 1}});
   run_attention_case(f, {DType::F16, 64, 8, 64, 128, 639, {5, 700, 128, 1500}, {1, 1, 1, 1}, true, 0, false});
   run_attention_case(f, {DType::F32, 8, 2, 32, 0, 0, {3, 9, 0}, {1, 1, 1}, false});
+  // 40 sequences of random depths (the f16 cache's one-token kernel for all of them: more
+  // (sequence, kv head) ticket counters than one sequence uses, some deep enough to split).
+  std::vector<int32_t> many(40);
+  for (auto& p : many) p = f.rng.integer(0, 2600);
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, many, std::vector<int32_t>(many.size(), 1)});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 128, 639, many, std::vector<int32_t>(many.size(), 1)});
 }
 
 // Chunks of >= 16 tokens with an f16 cache and head_dim 64 go to the tensor-core flash

@@ -102,8 +102,8 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
 // Q8_0 matmuls of a few tokens on the f16 MMA kernel (cuda_matmul_mma.cu: weight
 // fragments dequantized to f16 in registers, K split over blocks for the small matrices)
 // against the same rounded twin: the attention shapes at batched-decode sizes, odd token
-// counts, a pass of 8..64 tokens, two passes; a repeated call gives the same bits (the
-// split's tickets are reset, its partials summed in a fixed order).
+// counts, a pass of 8..64 tokens, two passes, small K (448, 64); a repeated call gives the
+// same bits (the split's tickets are reset, its partials summed in a fixed order).
 TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -116,7 +116,8 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   Backend& gpu = *made.value();
   struct Case { int64_t n_in, n_out, n_tok; };
   for (const Case& c : {Case{2880, 4096, 64}, Case{4096, 2880, 33}, Case{2880, 512, 16}, Case{96, 64, 9},
-                        Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64}}) {
+                        Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64},
+                        Case{448, 192, 17}, Case{64, 128, 3}}) {
     SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
     const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);

@@ -313,7 +313,7 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 constexpr int kDecWarps = 8, kDecU = 4;
 // Ticket counters (one per kv head) at the start of the attention scratch, ahead of the
 // partials: zeroed with the scratch when it is allocated, back at zero after every launch.
-constexpr int kTicketSlots = 256;
+constexpr int kTicketSlots = 4096;  // (batched decode: one per (sequence, kv head))
 constexpr int kDecMaxSplits = 64;
 __host__ __device__ constexpr int dec_tile(int d) { return kDecWarps * (kWarp / (d / 8)) * kDecU; }
 
@@ -700,8 +700,7 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half* p) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
-    attn_decode_tc_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
+__device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __restrict__ sinks, unsigned* tickets) {
   constexpr int KS = D / 16;  // k steps of the scores = m tiles of the values
   constexpr int KW = D / 8;   // words of a lane's K chunk (D / 4 halves)
   constexpr int VW = D / 16;  // words of a lane's V chunk (D / 8 halves)
@@ -881,6 +880,25 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
   }
   __syncthreads();
   dec_finish<D>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
+    attn_decode_tc_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
+  dec_tc_body<D>(p, sinks, tickets);
+}
+
+// Batched decode (one token per sequence) on the same kernel: blockIdx.z picks the
+// sequence's parameters from a device table (written before the launch, like the split
+// table), each sequence has its own n_head_kv ticket counters and partials, and the splits
+// past a sequence's count exit at once (grid y is the largest count).
+template <int D>
+__global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
+    attn_decode_tc_multi_kernel(const AttnParams* __restrict__ table, const float* __restrict__ sinks,
+                                unsigned* tickets) {
+  const AttnParams p = table[blockIdx.z];
+  if (static_cast<int>(blockIdx.y) >= p.n_splits) return;
+  dec_tc_body<D>(p, sinks, tickets + static_cast<int64_t>(blockIdx.z) * p.n_head_kv);
 }
 
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
@@ -1237,7 +1255,25 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
 int64_t attention_multi_scratch_floats(const AttentionP& a) {
   int64_t need = 0;
   for (const SeqP& s : a.seqs) need += a.n_head * n_splits_for(s.capacity) * (a.head_dim + 2);
-  return kTicketSlots + need;  // (the single-sequence launch's ticket counters come first)
+  return kTicketSlots + need;  // (the ticket counters come first)
+}
+
+// Batched decode over an f16 cache takes the one-token tensor-core kernel, one launch for
+// every sequence, instead of the split + combine pair (CUDA cores, ~32 us a layer for 32
+// sequences of ~200 keys on the H200). Keys per split: at least BRASS_CUDA_ATTN_MULTI_KEYS
+// (default 512: the sequences already fill the GPU; a split merge costs a round trip);
+// splits: at most the capacity's, and enough for ~2 waves of blocks. BRASS_CUDA_ATTN_MULTI_DEC=0:
+// the split + combine pair (measurement knob).
+static bool use_multi_decode(const AttentionP& a) {
+  static const bool on = knob_on("BRASS_CUDA_ATTN_MULTI_DEC");
+  return on && a.kv_type == DType::F16 && static_cast<int64_t>(a.seqs.size()) * a.n_head_kv <= kTicketSlots;
+}
+static int32_t multi_dec_min_keys() {
+  static const int32_t v = [] {
+    const int e = env_int("BRASS_CUDA_ATTN_MULTI_KEYS");
+    return e > 0 ? e : 512;
+  }();
+  return std::max<int32_t>(v, kTcTile);
 }
 
 // Splits per sequence of a batched launch: the sequences already give n_seq * n_head_kv
@@ -1253,6 +1289,33 @@ static int multi_split_cap(int64_t n_seq, int64_t n_head_kv) {
   }();
   const int64_t pairs = std::max<int64_t>(1, n_seq * n_head_kv);
   return static_cast<int>(std::clamp<int64_t>((per_sm * sm_count() + pairs - 1) / pairs, 1, 64));
+}
+
+template <int D>
+static void attention_multi_dec(const AttentionP& a, unsigned* tickets, float* partial, TablePut& put,
+                                cudaStream_t st) {
+  std::vector<AttnParams> t(a.seqs.size());
+  int max_splits = 1;
+  int64_t off = 0;
+  const int64_t pairs = static_cast<int64_t>(a.seqs.size()) * a.n_head_kv;
+  const int wave_cap = static_cast<int>(
+      std::clamp<int64_t>((2 * dec_blocks_per_sm<D, __half>() * sm_count() + pairs - 1) / pairs, 1, kDecMaxSplits));
+  const int32_t min_keys = multi_dec_min_keys();
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    const SeqP& s = a.seqs[i];
+    AttnParams& p = t[i] = seq_attn_params(a, s, partial + off);
+    const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
+    p.n_splits = std::min({n_splits_for(s.capacity), wave_cap, std::max(1, (max_keys + min_keys - 1) / min_keys)});
+    p.min_keys = min_keys;
+    off += a.n_head * p.n_splits * (D + 2);
+    max_splits = std::max(max_splits, p.n_splits);
+  }
+  const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
+  const uint64_t shape = (uint64_t{3} << 40) | (uint64_t{grid.x} << 28) | (uint64_t{grid.y} << 16) | grid.z;
+  const AttnParams* dt = static_cast<const AttnParams*>(put.put(t.data(), t.size() * sizeof(AttnParams), shape));
+  if (!dt) return;
+  launch_pdl(attn_decode_tc_multi_kernel<D>, grid, dim3(kDecWarps * kWarp), 0, st, dt, a.sinks, tickets);
+  BRASS_CUDA_LAUNCHED();
 }
 
 template <int D>
@@ -1285,6 +1348,16 @@ static void attention_multi_d(const AttentionP& a, float* partial, TablePut& put
 bool launch_attention_multi(const AttentionP& a, float* scratch, TablePut& put, cudaStream_t st) {
   if (!all_single(a.seqs) || a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) return false;
   float* partial = scratch + kTicketSlots;  // (leaves the ticket counters alone)
+  if (use_multi_decode(a)) {
+    unsigned* tickets = reinterpret_cast<unsigned*>(scratch);
+    switch (a.head_dim) {
+      case 16: attention_multi_dec<16>(a, tickets, partial, put, st); return true;
+      case 32: attention_multi_dec<32>(a, tickets, partial, put, st); return true;
+      case 64: attention_multi_dec<64>(a, tickets, partial, put, st); return true;
+      case 128: attention_multi_dec<128>(a, tickets, partial, put, st); return true;
+      default: return false;
+    }
+  }
   switch (a.head_dim) {
     case 16: attention_multi_d<16>(a, partial, put, st); return true;
     case 32: attention_multi_d<32>(a, partial, put, st); return true;
