@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &kvtab_, &attntab_, &mma_,
-                        &mma_dense_, &block_, &block_counter_})
+                        &mma_dense_, &block_, &block_counter_, &nr_counter_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -323,8 +323,9 @@ class CudaBackend final : public Backend {
     else
       launch_moe(p, act, st_);
   }
-  // One decode token in int8 mode: 3 kernels (cuda_q8_pre.cu); otherwise the ops.
-  // (BRASS_CUDA_MOE_BLOCK=0 composes always: measurement knob.)
+  // One decode token in int8 mode: 3 kernels (cuda_q8_pre.cu); 2..256 tokens: add + norm +
+  // router + top-k in one kernel (cuda_norm_router.cu), then the MoE; otherwise the ops.
+  // (BRASS_CUDA_MOE_BLOCK=0 / BRASS_CUDA_NORM_ROUTER=0 compose always: measurement knobs.)
   void moe_block(const MoeBlockArgs& a) override {
     if (updating_) return;
     static const bool on = knob_on("BRASS_CUDA_MOE_BLOCK");
@@ -334,6 +335,17 @@ class CudaBackend final : public Backend {
       if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
                            block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;
+    }
+    static const bool nr_on = knob_on("BRASS_CUDA_NORM_ROUTER");
+    if (nr_on && a.moe.n_tok >= 2) {
+      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
+                        a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
+      if (launch_norm_router_rows(p, nr_counter_.as<unsigned>(static_cast<size_t>(norm_router_rows_counters(p))),
+                                  st_)) {
+        moe(a.moe);
+        if (a.accumulate) add({.y = a.y, .x = a.moe.out, .n = a.moe.n_tok * a.router.ne[0]});
+        return;
+      }
     }
     Backend::moe_block(a);
   }
@@ -531,6 +543,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> stage_ev_;
   Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
+  Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   GraphTables* recording_ = nullptr;  // the graph being captured (capture())
   GraphTables* updating_ = nullptr;   // the graph being updated (ops only rebuild tables)

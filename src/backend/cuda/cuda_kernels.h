@@ -167,6 +167,16 @@ int64_t moe_block_counters(const MoeBlockP& a);
 // moe_block_counters zeroed unsigneds, which the kernels leave zeroed.
 bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cudaStream_t st);
 
+// ---- cuda_norm_router.cu ----
+// The prefix of MoeBlockP for 2..256 tokens in one kernel: y += add (when set); xn =
+// rmsnorm(y) * norm; logits = xn router^T + router_bias; moe.ids / moe.weights = top-k +
+// softmax (the router kernel's picks on the same logits). Leaves moe and accumulate to the
+// caller. false (nothing launched) where it does not apply (f32 router, n_expert <= 128,
+// k <= min(8, n_expert), n_embd % 4 == 0 and <= 4096, 16-byte aligned rows). counters:
+// norm_router_rows_counters(p) unsigneds, zeroed once; the kernel leaves them zeroed.
+int64_t norm_router_rows_counters(const MoeBlockP& p);
+bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st);
+
 // ---- cuda_matvec.cu ----
 void launch_matmul(const MatmulP& a, cudaStream_t st);
 void launch_rms_norm(const RmsP& a, bool add, cudaStream_t st);  // add: y += x first
