@@ -329,17 +329,15 @@ class CudaBackend final : public Backend {
   void moe_block(const MoeBlockArgs& a) override {
     if (updating_) return;
     static const bool on = knob_on("BRASS_CUDA_MOE_BLOCK");
+    static const bool nr_on = knob_on("BRASS_CUDA_NORM_ROUTER");
+    const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
+                      a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
     if (q8x_ && on && a.moe.n_tok == 1) {
-      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
-                        a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
       if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
                            block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;
     }
-    static const bool nr_on = knob_on("BRASS_CUDA_NORM_ROUTER");
     if (nr_on && a.moe.n_tok >= 2) {
-      const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
-                        a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
       if (launch_norm_router_rows(p, nr_counter_.as<unsigned>(static_cast<size_t>(norm_router_rows_counters(p))),
                                   st_)) {
         moe(a.moe);
