@@ -1291,28 +1291,40 @@ static int multi_split_cap(int64_t n_seq, int64_t n_head_kv) {
   return static_cast<int>(std::clamp<int64_t>((per_sm * sm_count() + pairs - 1) / pairs, 1, 64));
 }
 
-template <int D>
-static void attention_multi_dec(const AttentionP& a, unsigned* tickets, float* partial, TablePut& put,
-                                cudaStream_t st) {
+// Every sequence's parameters (its splits and keys per split set by `splits(s, p)`, its
+// partials after the previous sequence's) in a device table; grid: (n_head_kv, the most
+// splits, sequences). kind tells the launch shapes apart for a graph update. Null: no
+// table (an update that did not match).
+template <int D, class Splits>
+static const AttnParams* multi_table(const AttentionP& a, float* partial, TablePut& put, uint64_t kind,
+                                     Splits splits, dim3& grid) {
   std::vector<AttnParams> t(a.seqs.size());
   int max_splits = 1;
   int64_t off = 0;
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    AttnParams& p = t[i] = seq_attn_params(a, a.seqs[i], partial + off);
+    splits(a.seqs[i], p);
+    off += a.n_head * p.n_splits * (D + 2);
+    max_splits = std::max(max_splits, p.n_splits);
+  }
+  grid = dim3(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
+  const uint64_t shape = (kind << 40) | (uint64_t{grid.x} << 28) | (uint64_t{grid.y} << 16) | grid.z;
+  return static_cast<const AttnParams*>(put.put(t.data(), t.size() * sizeof(AttnParams), shape));
+}
+
+template <int D>
+static void attention_multi_dec(const AttentionP& a, unsigned* tickets, float* partial, TablePut& put,
+                                cudaStream_t st) {
   const int64_t pairs = static_cast<int64_t>(a.seqs.size()) * a.n_head_kv;
   const int wave_cap = static_cast<int>(
       std::clamp<int64_t>((2 * dec_blocks_per_sm<D, __half>() * sm_count() + pairs - 1) / pairs, 1, kDecMaxSplits));
   const int32_t min_keys = multi_dec_min_keys();
-  for (size_t i = 0; i < a.seqs.size(); ++i) {
-    const SeqP& s = a.seqs[i];
-    AttnParams& p = t[i] = seq_attn_params(a, s, partial + off);
+  dim3 grid;
+  const AttnParams* dt = multi_table<D>(a, partial, put, 3, [&](const SeqP& s, AttnParams& p) {
     const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
     p.n_splits = std::min({n_splits_for(s.capacity), wave_cap, std::max(1, (max_keys + min_keys - 1) / min_keys)});
     p.min_keys = min_keys;
-    off += a.n_head * p.n_splits * (D + 2);
-    max_splits = std::max(max_splits, p.n_splits);
-  }
-  const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
-  const uint64_t shape = (uint64_t{3} << 40) | (uint64_t{grid.x} << 28) | (uint64_t{grid.y} << 16) | grid.z;
-  const AttnParams* dt = static_cast<const AttnParams*>(put.put(t.data(), t.size() * sizeof(AttnParams), shape));
+  }, grid);
   if (!dt) return;
   launch_pdl(attn_decode_tc_multi_kernel<D>, grid, dim3(kDecWarps * kWarp), 0, st, dt, a.sinks, tickets);
   BRASS_CUDA_LAUNCHED();
@@ -1320,27 +1332,19 @@ static void attention_multi_dec(const AttentionP& a, unsigned* tickets, float* p
 
 template <int D>
 static void attention_multi_d(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st) {
-  std::vector<AttnParams> t(a.seqs.size());
-  int max_splits = 1;
-  int64_t off = 0;
   const int cap = multi_split_cap(static_cast<int64_t>(a.seqs.size()), a.n_head_kv);
-  for (size_t i = 0; i < a.seqs.size(); ++i) {
-    AttnParams& p = t[i] = seq_attn_params(a, a.seqs[i], partial + off);
+  dim3 grid;
+  const AttnParams* dt = multi_table<D>(a, partial, put, 2, [&](const SeqP&, AttnParams& p) {
     p.n_splits = std::min(p.n_splits, cap);
     p.min_keys = kMultiMinSplitKeys;
-    off += a.n_head * p.n_splits * (D + 2);
-    max_splits = std::max(max_splits, p.n_splits);
-  }
-  dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(max_splits), static_cast<unsigned>(t.size()));
-  const uint64_t shape = (uint64_t{2} << 40) | (uint64_t{grid.x} << 28) | (uint64_t{grid.y} << 16) | grid.z;
-  const AttnParams* dt = static_cast<const AttnParams*>(put.put(t.data(), t.size() * sizeof(AttnParams), shape));
+  }, grid);
   if (!dt) return;
   if (a.kv_type == DType::F16)
     attn_split_multi_kernel<D, __half><<<grid, kAttnWarps * kWarp, 0, st>>>(dt);
   else
     attn_split_multi_kernel<D, float><<<grid, kAttnWarps * kWarp, 0, st>>>(dt);
   BRASS_CUDA_LAUNCHED();
-  dim3 cgrid(static_cast<unsigned>(t.size()), static_cast<unsigned>(a.n_head));
+  dim3 cgrid(static_cast<unsigned>(a.seqs.size()), static_cast<unsigned>(a.n_head));
   attn_combine_multi_kernel<D><<<cgrid, D, 0, st>>>(dt, a.sinks, static_cast<int>(a.n_head));
   BRASS_CUDA_LAUNCHED();
 }

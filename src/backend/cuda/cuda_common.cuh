@@ -238,6 +238,7 @@ __device__ __forceinline__ void topk_softmax_warp(float* w, int64_t k, int lane)
 // for more than 32 experts. Up to 128 experts the logits are read once into registers (4 per lane) and
 // the taken set is a per-lane bit mask: no memory round trip per round (this runs on
 // the MoE kernels' critical path when the router is fused).
+constexpr int kMaxExperts = 4 * kWarp;  // router_topk_warp's register path (a shared logits row of the fused routers)
 __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, int64_t n_expert, int64_t k, int32_t* id,
                                                  float* w, int lane) {
   if (n_expert <= 4 * kWarp) {
@@ -365,6 +366,11 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
   for (int i = 0; i < nw; ++i) s += sh[i];
   __syncthreads();
   return s;
+}
+
+// (v * s) * w per element: the RMSNorm's scaling as rms_norm_kernel orders it.
+__device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {
+  return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
 }
 
 // K / V cache element stores (f32 or f16 caches).

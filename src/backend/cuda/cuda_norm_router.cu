@@ -25,7 +25,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kEpb = 8;             // experts per block
 constexpr int kVec = 4;             // float4 of the row a thread holds
-constexpr int kMaxExperts = 128;    // lg's row; router_topk_warp's register path
 constexpr int kMaxEmbd = 4 * kVec * kThreads;  // 4096; shared memory (kEpb + 1) * n_embd floats (144 KB)
 constexpr int kMaxK = 8;
 // Above this many tokens the router rows are re-read by too many blocks (prefill): the
@@ -33,9 +32,6 @@ constexpr int kMaxK = 8;
 constexpr int64_t kMaxTok = 256;
 constexpr size_t kMaxSmem = static_cast<size_t>(kEpb + 1) * kMaxEmbd * sizeof(float);
 
-__device__ __forceinline__ float4 scale4(float4 v, float s, float4 w) {  // (v * s) * w, as rms_norm_kernel
-  return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
-}
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 // counters: one per token (blockIdx.x), zero at rest; the token's last block resets it.
@@ -89,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
   for (int i = 0; i < kVec; ++i) {
     const int j = tid + i * kThreads;
     if (j >= n4) continue;
-    v[i] = scale4(v[i], inv, nsm[j]);  // v is xn from here (y is rebuilt by the last block)
+    v[i] = f4_scale(v[i], inv, nsm[j]);  // v is xn from here (y is rebuilt by the last block)
 #pragma unroll
     for (int e = 0; e < kEpb; ++e) acc[e] += dot4(v[i], wsm[e * n4 + j]);
   }

@@ -34,7 +34,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
-constexpr int kMaxExperts = 128;  // router_topk_warp's register path
 constexpr int kNormVec = 3;       // float4s per thread in norm_router: n_embd <= 3072
 constexpr int kGuRows = 4;        // gate/up rows per block (one per warp)
 
@@ -83,10 +82,6 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   const float a = warp_sum(frag_dot<TYPE, C>(f, xq, xd, frag_chunks<TYPE>(n), lane));
   if (lane == 0) y[r] = a + b;
   BRASS_PROBE_MARK(4, 3);
-}
-
-__device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {  // (v * s) * w, as rms_norm_kernel
-  return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
 }
 
 // counters[0]: the block ticket.
