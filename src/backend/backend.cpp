@@ -57,7 +57,17 @@ void Backend::moe_block(const MoeBlockArgs& a) {
   router({.logits = a.logits, .ids = const_cast<int32_t*>(m.ids), .weights = const_cast<float*>(m.weights),
           .n_tok = m.n_tok, .n_expert = a.n_expert, .k = m.k});
   moe(m);
-  if (a.accumulate) add({.y = a.y, .x = m.out, .n = m.n_tok * n_embd});
+  moe_block_tail(a);
+}
+
+void Backend::moe_block_tail(const MoeBlockArgs& a) {
+  const MoeArgs& m = a.moe;
+  const int64_t n_embd = a.router.ne[0];
+  if (a.next_norm)
+    add_rms_norm({.y = a.y, .x = m.out, .weight = a.next_norm, .out = a.next_xn, .n_rows = m.n_tok, .n = n_embd,
+                  .eps = a.eps});
+  else if (a.accumulate)
+    add({.y = a.y, .x = m.out, .n = m.n_tok * n_embd});
 }
 
 void Backend::argmax(const ArgmaxArgs& a) {

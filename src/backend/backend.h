@@ -234,6 +234,9 @@ struct AddRmsNormArgs {
 //   y += add (when add is set); xn = rmsnorm(y) * norm;
 //   logits = xn Wr^T + br; ids, weights = router(logits, k); out = moe(xn, ids, weights).
 // moe.x / moe.ids / moe.weights are where xn, the ids and the weights go (moe's inputs).
+// Then, with accumulate, y += out; with next_norm (the next layer's attention norm),
+// y += out and next_xn = rmsnorm(y) * next_norm (eps as above; moe.out may then stay
+// unwritten too, and next_xn may be moe.x).
 // A backend fuses it for decode (CUDA, one token: 3 kernels instead of 5).
 struct MoeBlockArgs {
   float* y = nullptr;            // (n_tok, n_embd) residual, updated when add is set
@@ -246,6 +249,8 @@ struct MoeBlockArgs {
   int64_t n_expert = 0;
   MoeArgs moe;                   // x: the xn out (n_tok, n_embd); ids, weights: router outputs
   bool accumulate = false;       // y += the experts' output (moe.out: scratch, may stay unwritten)
+  const float* next_norm = nullptr;  // (n_embd) f32 or null: y += out, then the next layer's norm
+  float* next_xn = nullptr;          // (n_tok, n_embd) out, with next_norm
 };
 
 // The attention input block: q/k/v projections with biases, RoPE on q and k, and the
@@ -371,7 +376,9 @@ class Backend {
  protected:
   // The tail of the composed attn_qkv (rope of q and k, then the KV store), for backends
   // that compute q, k and v their own way.
-  void attn_qkv_rope_store(const AttnQkvArgs& a);
+  virtual void attn_qkv_rope_store(const AttnQkvArgs& a);
+  // The tail of the composed moe_block (accumulate / next_norm), after moe().
+  void moe_block_tail(const MoeBlockArgs& a);
 };
 
 // The CPU reference backend (backend/cpu). n_threads <= 0: env::threads().

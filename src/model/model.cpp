@@ -365,7 +365,8 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
 
   // One token: the residual adds fold into the MoE block and the attention norm into
   // q/k/v (the CUDA backend fuses both into its one-token kernels); several tokens keep
-  // the fused add + norm between the blocks. The same arithmetic either way.
+  // the add + norm between the blocks, as the MoE block's tail (next_norm). The same
+  // arithmetic either way.
   const bool fold = n_tok == 1;
   be.embed({.table = w_.token_embd, .tokens = tok_->as<int32_t>(), .n_tok = n_tok, .out = x});
   if (!fold)
@@ -384,21 +385,17 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
                   .scale = c.attn_scale(), .seqs = seqs[il], .pos = pos});
     be.matmul({.w = L.wo, .bias = L.bo, .x = attn, .y = proj, .n_tok = n_tok});
     // ---- MoE block ----
-    // x += proj; xn = post_attn_norm(x); router; experts -> proj
+    // x += proj; xn = post_attn_norm(x); router; experts -> proj; then x += proj, for several
+    // tokens (not after the last layer) with the next layer's attn_norm into xn.
+    const bool last = il + 1 == c.n_layer;
     be.moe_block({.y = x, .add = proj, .norm = L.post_attn_norm, .eps = c.rms_eps, .router = L.router,
                   .router_bias = L.router_b, .logits = rlog, .n_expert = c.n_expert,
                   .moe = {.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps,
                           .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b,
                           .out = proj, .n_tok = n_tok, .k = c.n_expert_used, .alpha = c.swiglu_alpha,
                           .limit = c.swiglu_limit},
-                  .accumulate = fold});
-    if (fold) continue;
-    if (il + 1 < c.n_layer) {  // residual add fused with the next layer's attn_norm
-      be.add_rms_norm({.y = x, .x = proj, .weight = w_.layers[il + 1].attn_norm, .out = xn, .n_rows = n_tok,
-                       .n = c.n_embd, .eps = c.rms_eps});
-    } else {
-      be.add({.y = x, .x = proj, .n = n_tok * c.n_embd});
-    }
+                  .accumulate = fold || last,
+                  .next_norm = fold || last ? nullptr : w_.layers[il + 1].attn_norm, .next_xn = xn});
   }
   if (n_out <= 0) return;
   float* ox = out_x_->as<float>();   // (n_out, n_embd)

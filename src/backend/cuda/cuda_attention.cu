@@ -981,6 +981,59 @@ __global__ void kv_store_multi_kernel(const KvRowDev* __restrict__ table, int64_
   }
 }
 
+// ---- batched decode: RoPE of q and k and the KV store in one launch ----
+// One row per token (every sequence has one): its q / k / v rows and its cache.
+struct RopeRowDev {
+  float* q;
+  float* k;
+  const float* v;
+  void* kc;
+  void* vc;
+  const int32_t* pos;  // or null: pos0
+  KvAddr kv;
+  int32_t pos0;
+};
+
+// grid (n_tok, q head groups + k head groups of hpb heads): block (t, y) rotates its
+// heads' pairs of token t (cos / sin per frequency in shared memory, as rope_kernel);
+// a k group also writes its heads' rotated k and their v into the cache. Replaces two
+// rope launches and the kv_store launch of batched decode (their arithmetic: rope_pair,
+// store_kv).
+template <class KV>
+__global__ void rope_store_multi_kernel(const RopeRowDev* __restrict__ table, const float* __restrict__ inv_freq,
+                                        float mscale, int n_head, int n_head_kv, int head_dim, int hpb) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  extern __shared__ float cs[];  // [half] cos * mscale, [half] sin * mscale
+  const RopeRowDev r = table[blockIdx.x];
+  const int half = head_dim / 2;
+  const int32_t pp = r.pos ? r.pos[0] : r.pos0;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) rope_cs(pp, inv_freq[j], mscale, cs[j], cs[half + j]);
+  __syncthreads();
+  const int qgroups = (n_head + hpb - 1) / hpb;
+  const bool is_k = static_cast<int>(blockIdx.y) >= qgroups;
+  const int h0 = (is_k ? static_cast<int>(blockIdx.y) - qgroups : static_cast<int>(blockIdx.y)) * hpb;
+  const int nh = min(hpb, (is_k ? n_head_kv : n_head) - h0);
+  float* xt = (is_k ? r.k : r.q) + static_cast<int64_t>(h0) * head_dim;
+  const int64_t row = static_cast<int64_t>(n_head_kv) * head_dim;
+  const int64_t at = r.kv.row(pp) * row + static_cast<int64_t>(h0) * head_dim;  // (k groups) cache offset
+  for (int i = threadIdx.x; i < nh * half; i += blockDim.x) {
+    const int j = i % half, o = (i / half) * head_dim + j;
+    float x0 = xt[o], x1 = xt[o + half];
+    rope_pair(x0, x1, cs[j], cs[half + j]);
+    xt[o] = x0;
+    xt[o + half] = x1;
+    if (is_k) {
+      KV* kc = static_cast<KV*>(r.kc) + at;
+      KV* vc = static_cast<KV*>(r.vc) + at;
+      const float* v = r.v + static_cast<int64_t>(h0) * head_dim;
+      store_kv(kc + o, x0);
+      store_kv(kc + o + half, x1);
+      store_kv(vc + o, v[o]);
+      store_kv(vc + o + half, v[o + half]);
+    }
+  }
+}
+
 struct QkvParams {
   DevW wq, wk, wv;
   const float* bq;
@@ -1248,6 +1301,32 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
     kv_store_multi_kernel<__half><<<grid, 256, 0, st>>>(static_cast<const KvRowDev*>(table), row);
   else
     kv_store_multi_kernel<float><<<grid, 256, 0, st>>>(static_cast<const KvRowDev*>(table), row);
+  BRASS_CUDA_LAUNCHED();
+  return true;
+}
+
+bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st) {
+  if (!all_single(a.seqs) || !a.pos || a.head_dim % 2 != 0 || a.head_dim > 512) return false;
+  const int64_t qrow = a.n_head * a.head_dim, row = a.n_head_kv * a.head_dim;
+  std::vector<RopeRowDev> t(a.seqs.size());
+  for (size_t i = 0; i < a.seqs.size(); ++i) {
+    const SeqP& s = a.seqs[i];
+    t[i] = RopeRowDev{a.q + s.tok0 * qrow, a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos + s.tok0,
+                      kv_addr(s), s.pos0};
+  }
+  const int half = static_cast<int>(a.head_dim / 2), hpb = std::max(1, 256 / half);
+  const int groups = static_cast<int>((a.n_head + hpb - 1) / hpb + (a.n_head_kv + hpb - 1) / hpb);
+  const dim3 grid(static_cast<unsigned>(t.size()), static_cast<unsigned>(groups));
+  const void* table = put.put(t.data(), t.size() * sizeof(RopeRowDev), (uint64_t{4} << 40) | grid.x);  // (kinds 1-3: kv_store, attention)
+  if (!table) return true;
+  const int threads = std::min(256, std::max(32, hpb * half));
+  const size_t smem = static_cast<size_t>(a.head_dim) * sizeof(float);
+  const auto* tab = static_cast<const RopeRowDev*>(table);
+  const int nh = static_cast<int>(a.n_head), nkv = static_cast<int>(a.n_head_kv), d = static_cast<int>(a.head_dim);
+  if (a.kv_type == DType::F16)
+    rope_store_multi_kernel<__half><<<grid, threads, smem, st>>>(tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
+  else
+    rope_store_multi_kernel<float><<<grid, threads, smem, st>>>(tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
   BRASS_CUDA_LAUNCHED();
   return true;
 }

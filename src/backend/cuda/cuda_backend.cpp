@@ -309,39 +309,55 @@ class CudaBackend final : public Backend {
     return MoeP{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
                 a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
   }
-  void moe(const MoeArgs& a) override {
-    if (updating_) return;
-    float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
+  void moe(const MoeArgs& a) override { moe_then(a, nullptr); }
+  // Whether moe() takes the grouped MMA path (the cuBLAS path first where it applies, in
+  // eager runs: it waits for the group sizes, so it is not capturable).
+  bool moe_takes_mma(const MoeP& p) const {
+    if (tc_ && !recording_ && tc_->moe_applies(p)) return false;
+    return q8x_ && p.n_tok >= mma_moe_min_tok_ && moe_mma_supported(p);
+  }
+  void* moe_mma_scratch(const MoeP& p) { return mma_.get(static_cast<size_t>(moe_mma_scratch_bytes(p))); }
+  // moe(), and the MoE block's tail where the grouped MMA path can fuse it into its
+  // combine: returns whether the tail is done (else the caller composes it). prepared:
+  // the MMA path's grouping and quantized tokens are in its scratch already.
+  bool moe_then(const MoeArgs& a, const MoeTail* tail, bool prepared = false) {
+    if (updating_) return true;
     const MoeP p = moe_params(a);
-    if (tc_ && !recording_ && tc_->moe(p)) return;  // (it waits for the group sizes: not capturable)
-    if (q8x_ && p.n_tok >= mma_moe_min_tok_ && moe_mma_supported(p)) {
-      launch_moe_mma(p, mma_.get(static_cast<size_t>(moe_mma_scratch_bytes(p))), st_);
-      return;
-    }
+    if (moe_takes_mma(p)) return launch_moe_mma(p, moe_mma_scratch(p), st_, tail, prepared);
+    float* act = static_cast<float*>(act_.get(a.n_tok * a.k * a.gate.ne[1] * sizeof(float)));
+    if (tc_ && !recording_ && tc_->moe(p)) return false;
     if (q8x_ && moe_q8x_supported(p))
       launch_moe_q8x(p, act, st_);
     else
       launch_moe(p, act, st_);
+    return false;
   }
   // One decode token in int8 mode: 3 kernels (cuda_q8_pre.cu); 2..256 tokens: add + norm +
-  // router + top-k in one kernel (cuda_norm_router.cu), then the MoE; otherwise the ops.
-  // (BRASS_CUDA_MOE_BLOCK=0 / BRASS_CUDA_NORM_ROUTER=0 compose always: measurement knobs.)
+  // router + top-k in one kernel (cuda_norm_router.cu; it also groups and quantizes for
+  // the grouped MMA MoE), then the MoE, whose combine does the block's tail (residual add,
+  // next norm); otherwise the ops. (BRASS_CUDA_MOE_BLOCK=0 / BRASS_CUDA_NORM_ROUTER=0 /
+  // BRASS_CUDA_MOE_PREP=0 / BRASS_CUDA_MOE_TAIL=0 compose always: measurement knobs.)
   void moe_block(const MoeBlockArgs& a) override {
     if (updating_) return;
     static const bool on = knob_on("BRASS_CUDA_MOE_BLOCK");
     static const bool nr_on = knob_on("BRASS_CUDA_NORM_ROUTER");
+    static const bool tail_on = knob_on("BRASS_CUDA_MOE_TAIL");
+    static const bool prep_on = knob_on("BRASS_CUDA_MOE_PREP");
     const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
                       a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
-    if (q8x_ && on && a.moe.n_tok == 1) {
+    if (q8x_ && on && a.moe.n_tok == 1 && !a.next_norm) {
       if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
                            block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;
     }
     if (nr_on && a.moe.n_tok >= 2) {
+      const bool prepared = prep_on && moe_takes_mma(p.moe);
+      const MoePrep prep = prepared ? moe_mma_prep(p.moe, moe_mma_scratch(p.moe)) : MoePrep{};
       if (launch_norm_router_rows(p, nr_counter_.as<unsigned>(static_cast<size_t>(norm_router_rows_counters(p))),
-                                  st_)) {
-        moe(a.moe);
-        if (a.accumulate) add({.y = a.y, .x = a.moe.out, .n = a.moe.n_tok * a.router.ne[0]});
+                                  st_, prepared ? &prep : nullptr)) {
+        const MoeTail tail{a.y, a.next_norm, a.next_xn, a.eps};
+        const bool fused = a.next_norm || a.accumulate;
+        if (!moe_then(a.moe, fused && tail_on ? &tail : nullptr, prepared)) moe_block_tail(a);
         return;
       }
     }
@@ -420,6 +436,23 @@ class CudaBackend final : public Backend {
                                        st_);
     if (!fused) Backend::attn_qkv(a);
     else if (recording_) recording_->updatable = false;
+  }
+  // attn_qkv's tail: batched decode (one token per sequence) in one launch
+  // (rope_store_multi_kernel); otherwise two ropes and the KV store. BRASS_CUDA_ROPE_STORE=0
+  // composes always (measurement knob).
+  // (Virtual: the composed attn_qkv ends here too, so a graph update puts the same tables
+  // as the recording did.)
+  void attn_qkv_rope_store(const AttnQkvArgs& a) override {
+    static const bool on = knob_on("BRASS_CUDA_ROPE_STORE");
+    if (on) {
+      TableTo put(*this, kvtab_);
+      const auto seqs = seq_params(a.seqs);
+      if (launch_rope_store_multi({a.q, a.k, a.v, a.pos, a.inv_freq, a.mscale, a.n_head, a.n_head_kv, a.head_dim,
+                                   a.kv_type, seqs},
+                                  put, st_))
+        return;
+    }
+    Backend::attn_qkv_rope_store(a);
   }
   void argmax(const ArgmaxArgs& a) override {
     if (updating_) return;

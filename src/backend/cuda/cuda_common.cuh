@@ -374,6 +374,53 @@ __device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {
 }
 
 // K / V cache element stores (f32 or f16 caches).
+// RoPE (NeoX half split) of one pair (j, j + half) of a head row xr, with the position's
+// cos / sin of frequency j already scaled by mscale: the one arithmetic every rope path
+// (rope_kernel, rope_store_multi_kernel) does, so their results agree bit for bit.
+__device__ __forceinline__ void rope_cs(int32_t pos, float inv_freq, float mscale, float& c, float& s) {
+  sincosf(static_cast<float>(pos) * inv_freq, &s, &c);
+  c *= mscale;
+  s *= mscale;
+}
+__device__ __forceinline__ void rope_pair(float& x0, float& x1, float c, float s) {
+  const float a = x0, b = x1;
+  x0 = a * c - b * s;
+  x1 = b * c + a * s;
+}
+
+// The block's threads group slots (t, j) by expert: counts / offsets (n_expert + 1) out;
+// perm: sorted position -> slot; inv: slot -> sorted position; eid: sorted position ->
+// expert. The order inside an expert's group is arbitrary: every GEMM row is independent,
+// and the combine sums a token's experts in j order. sh: 2 * n_expert ints of shared
+// memory. (ids read through L2: other blocks of the same launch may have written them.)
+__device__ __forceinline__ void group_by_expert(const int32_t* ids, int64_t n_slots, int n_expert,
+                                                const MoeGroupBufs& b, int32_t* sh) {
+  int32_t* cnt = sh;
+  int32_t* cur = sh + n_expert;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < n_slots; s += blockDim.x) atomicAdd(&cnt[__ldcg(ids + s)], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t acc = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      b.offsets[e] = acc;
+      cur[e] = acc;
+      b.counts[e] = cnt[e];
+      acc += cnt[e];
+    }
+    b.offsets[n_expert] = acc;
+  }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < n_slots; s += blockDim.x) {
+    const int e = __ldcg(ids + s);
+    const int32_t p = atomicAdd(&cur[e], 1);
+    b.perm[p] = static_cast<int32_t>(s);
+    b.inv[s] = p;
+    b.eid[p] = e;
+  }
+}
+
 __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
 

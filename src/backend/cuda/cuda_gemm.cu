@@ -114,38 +114,11 @@ __global__ void split_cols3_kernel(const float* __restrict__ y, int64_t n_tok, S
   *reinterpret_cast<float4*>(p.out[part] + t * p.width[part] + c) = v;
 }
 
-// One block: slots (t, j) grouped by expert. counts/offsets (n_expert + 1) out; perm:
-// sorted position -> slot; inv: slot -> sorted position; eid: sorted position -> expert.
-// The order inside an expert's group is arbitrary: every GEMM row is independent, and the
-// combine sums a token's experts in j order.
+// One block: slots grouped by expert (group_by_expert).
 __global__ void __launch_bounds__(1024) moe_group_kernel(const int32_t* __restrict__ ids, int64_t n_slots,
-                                                         int n_expert, int32_t* counts, int32_t* offsets,
-                                                         int32_t* perm, int32_t* inv, int32_t* eid) {
+                                                         int n_expert, MoeGroupBufs b) {
   extern __shared__ int32_t sh[];  // cnt[n_expert], cur[n_expert]
-  int32_t* cnt = sh;
-  int32_t* cur = sh + n_expert;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  for (int64_t s = threadIdx.x; s < n_slots; s += blockDim.x) atomicAdd(&cnt[ids[s]], 1);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t acc = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      offsets[e] = acc;
-      cur[e] = acc;
-      counts[e] = cnt[e];
-      acc += cnt[e];
-    }
-    offsets[n_expert] = acc;
-  }
-  __syncthreads();
-  for (int64_t s = threadIdx.x; s < n_slots; s += blockDim.x) {
-    const int e = ids[s];
-    const int32_t p = atomicAdd(&cur[e], 1);
-    perm[p] = static_cast<int32_t>(s);
-    inv[s] = p;
-    eid[p] = e;
-  }
+  group_by_expert(ids, n_slots, n_expert, b, sh);
 }
 
 // V consecutive floats at p (V = 4: one 16-byte access; the caller keeps p 16-byte aligned).
@@ -188,6 +161,24 @@ __global__ void moe_swiglu_kernel(const float* __restrict__ h, const int32_t* __
     act[i] = out[0];
 }
 
+// sum[v] = sum_j w[t, j] * (o[inv[t k + j], c + v] + db[e, c + v]), in j order.
+template <int V>
+__device__ __forceinline__ void combine_terms(const float* __restrict__ o, const int32_t* __restrict__ inv,
+                                              const int32_t* __restrict__ ids, const float* __restrict__ wts,
+                                              const float* __restrict__ db, int64_t t, int64_t c, int64_t k,
+                                              int64_t n_embd, float (&sum)[V]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) sum[v] = 0.f;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t s = t * k + j;
+    Vec<V> ov, dv;
+    ov.load(o + static_cast<int64_t>(inv[s]) * n_embd + c);
+    if (db) dv.load(db + ids[s] * n_embd + c);
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] += wts[s] * (ov.v[v] + (db ? dv.v[v] : 0.f));
+  }
+}
+
 // out[t, c] = sum_j w[t, j] * (o[inv[t k + j], c] + db[e, c]), in j order; V consecutive c
 // per thread (V = 4 when n_embd % 4 == 0).
 template <int V>
@@ -198,19 +189,43 @@ __global__ void moe_combine_kernel(const float* __restrict__ o, const int32_t* _
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n_tok * n_embd) return;
   const int64_t t = i / n_embd, c = i % n_embd;
-  float sum[V] = {};
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t s = t * k + j;
-    Vec<V> ov, dv;
-    ov.load(o + static_cast<int64_t>(inv[s]) * n_embd + c);
-    if (db) dv.load(db + ids[s] * n_embd + c);
-#pragma unroll
-    for (int v = 0; v < V; ++v) sum[v] += wts[s] * (ov.v[v] + (db ? dv.v[v] : 0.f));
-  }
+  float sum[V];
+  combine_terms<V>(o, inv, ids, wts, db, t, c, k, n_embd, sum);
   if constexpr (V == 4)
     *reinterpret_cast<float4*>(out + i) = make_float4(sum[0], sum[1], sum[2], sum[3]);
   else
     out[i] = sum[0];
+}
+
+// The combine fused with the residual add and, with NORM, the next layer's RMSNorm: a
+// block (1024 threads) per token t; y[t] += combine(t); xn[t] = rmsnorm(y[t]) * w. The
+// arithmetic of moe_combine_kernel<4> then rms_norm_kernel<true> (the same thread
+// layout: the same sums), without the combine's output round trip or a launch between.
+template <bool NORM>
+__global__ void __launch_bounds__(1024) moe_combine_residual_kernel(
+    const float* __restrict__ o, const int32_t* __restrict__ inv, const int32_t* __restrict__ ids,
+    const float* __restrict__ wts, const float* __restrict__ db, int64_t k, int64_t n, float* y,
+    const float* __restrict__ w, float* xn, float eps) {
+  pdl_trigger();  // launched normally: dependents may start prefetching
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x;
+  float* yr = y + t * n;
+  float4* y4 = reinterpret_cast<float4*>(yr);
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+    float a[4];
+    combine_terms<4>(o, inv, ids, wts, db, t, 4 * i, k, n, a);
+    float4 v = y4[i];
+    v.x += a[0]; v.y += a[1]; v.z += a[2]; v.w += a[3];
+    y4[i] = v;
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  if constexpr (NORM) {
+    ss = block_sum(ss, sh);
+    const float r = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    float* out = xn + t * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = yr[i] * r * w[i];
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -257,8 +272,7 @@ bool launch_split_cols3(const float* y, int64_t n_tok, const SplitCols3P& p, cud
 }
 
 void launch_moe_group(const int32_t* ids, int64_t n_slots, int n_expert, MoeGroupBufs b, cudaStream_t st) {
-  moe_group_kernel<<<1, 1024, 2 * n_expert * sizeof(int32_t), st>>>(ids, n_slots, n_expert, b.counts, b.offsets,
-                                                                    b.perm, b.inv, b.eid);
+  moe_group_kernel<<<1, 1024, 2 * n_expert * sizeof(int32_t), st>>>(ids, n_slots, n_expert, b);
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -277,6 +291,23 @@ void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, cons
     v4 ? go(moe_swiglu_kernel<__half, 4>, 4, dst) : go(moe_swiglu_kernel<__half, 1>, 1, dst);
   }
   BRASS_CUDA_LAUNCHED();
+}
+
+bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32_t* ids, const float* wts,
+                                 const float* db, int64_t n_tok, int64_t k, int64_t n_embd, const MoeTail& tail,
+                                 cudaStream_t st) {
+  if (n_tok <= 0 || n_embd % 4 != 0 || !aligned16(o) || !aligned16(db) || !aligned16(tail.y) ||
+      (tail.norm && tail.xn == tail.y))
+    return false;
+  if (tail.norm)
+    moe_combine_residual_kernel<true><<<static_cast<unsigned>(n_tok), 1024, 0, st>>>(o, inv, ids, wts, db, k, n_embd,
+                                                                                     tail.y, tail.norm, tail.xn,
+                                                                                     tail.eps);
+  else
+    moe_combine_residual_kernel<false><<<static_cast<unsigned>(n_tok), 1024, 0, st>>>(o, inv, ids, wts, db, k, n_embd,
+                                                                                      tail.y, nullptr, nullptr, 0.f);
+  BRASS_CUDA_LAUNCHED();
+  return true;
 }
 
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,

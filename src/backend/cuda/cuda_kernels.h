@@ -174,8 +174,11 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
 // caller. false (nothing launched) where it does not apply (f32 router, n_expert <= 128,
 // k <= min(8, n_expert), n_embd % 4 == 0 and <= 4096, 16-byte aligned rows). counters:
 // norm_router_rows_counters(p) unsigneds, zeroed once; the kernel leaves them zeroed.
+// With prep (from moe_mma_prep; n_embd % 32 == 0), it also leaves the grouped MMA MoE's
+// grouping and quantized tokens there: launch_moe_mma(..., prepared = true) follows.
+struct MoePrep;
 int64_t norm_router_rows_counters(const MoeBlockP& p);
-bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st);
+bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st, const MoePrep* prep = nullptr);
 
 // ---- cuda_matvec.cu ----
 void launch_matmul(const MatmulP& a, cudaStream_t st);
@@ -211,6 +214,13 @@ struct TablePut {
   ~TablePut() = default;
 };
 bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st);
+// Batched decode (every sequence one token, pos set): RoPE of q and k, then k and v into
+// each sequence's cache, in one launch; false (nothing done) otherwise.
+struct RopeStoreP {
+  float* q; float* k; const float* v; const int32_t* pos; const float* inv_freq; float mscale;
+  int64_t n_head, n_head_kv, head_dim; DType kv_type; std::span<const SeqP> seqs;
+};
+bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st);
 int64_t attention_multi_scratch_floats(const AttentionP& a);
 bool launch_attention_multi(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st);
 // Fused q/k/v + bias + RoPE + KV store for one sequence; false if the fused kernel does
@@ -264,13 +274,33 @@ void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, cons
 // out (n_tok, n_embd) = sum_j wts[t, j] * (o[inv[t k + j]] + db[ids[t k + j]]).
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
                         float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st);
+// The MoE block's tail (backend.h MoeBlockArgs): y += the combined output, then with norm
+// set xn = rmsnorm(y) * norm; the combine's output is not written.
+struct MoeTail { float* y; const float* norm; float* xn; float eps; };
+// The combine fused with the tail in one launch; false (nothing done) where it does not
+// apply (n_embd % 4, alignment, xn aliasing y).
+bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32_t* ids, const float* wts,
+                                 const float* db, int64_t n_tok, int64_t k, int64_t n_embd, const MoeTail& tail,
+                                 cudaStream_t st);
 
 // ---- cuda_moe_mma.cu (int8 MMA from MXFP4, each touched expert read once per call) ----
 bool moe_mma_supported(const MoeP& a);
 int64_t moe_mma_scratch_bytes(const MoeP& a);
 // Grouping, token quantization, gate/up + SwiGLU, down, combine: five launches, no host
-// sync (capturable). scratch: moe_mma_scratch_bytes(a) bytes.
-void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st);
+// sync (capturable). scratch: moe_mma_scratch_bytes(a) bytes. With tail, the combine
+// does the tail (launch_moe_combine_residual) where it can, else the combine writes
+// a.out and the tail is the caller's: returns whether the tail is done.
+// prepared: the grouping and the quantized tokens are in scratch already (moe_mma_prep,
+// written by launch_norm_router_rows).
+bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail* tail = nullptr,
+                    bool prepared = false);
+// Where launch_moe_mma's scratch keeps the grouping and the quantized tokens.
+struct MoePrep {
+  int8_t* xq;  // (2, n_tok, n_embd) quantized tokens, MXFP4 order, then their negation
+  float* xd;   // (n_tok, n_embd / 32)
+  MoeGroupBufs grp;
+};
+MoePrep moe_mma_prep(const MoeP& a, void* scratch);
 
 // ---- cuda_matmul_mma.cu (int8 / f16 MMA for 2..64 tokens, the weight read once per 64) ----
 // x (n_rows, n) -> xq (n_rows, n) int8 + xd (n_rows, n / 32) scales, per 32 as

@@ -218,23 +218,17 @@ __global__ void rope_kernel(float* x, const int32_t* __restrict__ pos, const flo
   pdl_trigger();  // launched normally: dependents may start prefetching
   extern __shared__ float cs[];  // [half] cos * mscale, [half] sin * mscale
   const int64_t t = blockIdx.x, half = head_dim / 2;
-  const float p = static_cast<float>(pos[t]);
-  for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-    float s, c;
-    sincosf(p * inv_freq[j], &s, &c);
-    cs[j] = c * mscale;
-    cs[half + j] = s * mscale;
-  }
+  for (int64_t j = threadIdx.x; j < half; j += blockDim.x) rope_cs(pos[t], inv_freq[j], mscale, cs[j], cs[half + j]);
   __syncthreads();
   const int64_t h0 = blockIdx.y * hpb, nh = min(hpb, n_heads - h0);
   float* xt = x + (t * n_heads + h0) * head_dim;
   for (int64_t i = threadIdx.x; i < nh * half; i += blockDim.x) {
     const int64_t j = i % half;
     float* xr = xt + (i / half) * head_dim;
-    const float c = cs[j], s = cs[half + j];
-    const float x0 = xr[j], x1 = xr[j + half];
-    xr[j] = x0 * c - x1 * s;
-    xr[j + half] = x1 * c + x0 * s;
+    float x0 = xr[j], x1 = xr[j + half];
+    rope_pair(x0, x1, cs[j], cs[half + j]);
+    xr[j] = x0;
+    xr[j + half] = x1;
   }
 }
 

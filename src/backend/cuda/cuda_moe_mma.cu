@@ -178,28 +178,42 @@ int64_t moe_mma_scratch_bytes(const MoeP& a) {
          al(2 * n_slots * n_ff) + al(n_slots * (n_ff / 32) * 4) + al(n_slots * n_embd * 4);
 }
 
-void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
-  if (a.n_tok <= 0) return;
-  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
+// The scratch's layout: xq | xd | grouping | act_q | act_d | o (256-byte aligned areas).
+MoePrep moe_mma_prep(const MoeP& a, void* scratch) {
+  const int64_t n_embd = a.gate.n_in, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
   auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
   uint8_t* p = static_cast<uint8_t*>(scratch);
-  MoeMmaBufs b;
-  b.xq = reinterpret_cast<int8_t*>(p);
+  MoePrep r;
+  r.xq = reinterpret_cast<int8_t*>(p);
   p += al(2 * a.n_tok * n_embd);
-  b.xd = reinterpret_cast<float*>(p);
+  r.xd = reinterpret_cast<float*>(p);
   p += al(a.n_tok * (n_embd / 32) * 4);
   int32_t* gi = reinterpret_cast<int32_t*>(p);
-  p += al((2 * (n_expert + 1) + 3 * n_slots) * 4);
-  MoeGroupBufs grp{gi, gi + n_expert + 1, gi + 2 * (n_expert + 1), gi + 2 * (n_expert + 1) + n_slots,
-                   gi + 2 * (n_expert + 1) + 2 * n_slots};
+  r.grp = MoeGroupBufs{gi, gi + n_expert + 1, gi + 2 * (n_expert + 1), gi + 2 * (n_expert + 1) + n_slots,
+                       gi + 2 * (n_expert + 1) + 2 * n_slots};
+  return r;
+}
+
+bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail* tail, bool prepared) {
+  if (a.n_tok <= 0) return true;
+  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
+  auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
+  const MoePrep pre = moe_mma_prep(a, scratch);
+  const MoeGroupBufs& grp = pre.grp;
+  MoeMmaBufs b;
+  b.xq = pre.xq;
+  b.xd = pre.xd;
+  uint8_t* p = reinterpret_cast<uint8_t*>(grp.counts) + al((2 * (n_expert + 1) + 3 * n_slots) * 4);
   b.act_q = reinterpret_cast<int8_t*>(p);
   p += al(2 * n_slots * n_ff);
   b.act_d = reinterpret_cast<float*>(p);
   p += al(n_slots * (n_ff / 32) * 4);
   b.o = reinterpret_cast<float*>(p);
 
-  launch_moe_group(a.ids, n_slots, static_cast<int>(n_expert), grp, st);
-  launch_quantize_rows_mma(kMX, a.x, a.n_tok, n_embd, b.xq, b.xd, st);
+  if (!prepared) {
+    launch_moe_group(a.ids, n_slots, static_cast<int>(n_expert), grp, st);
+    launch_quantize_rows_mma(kMX, a.x, a.n_tok, n_embd, b.xq, b.xd, st);
+  }
   // Tokens per pass (8 per tile): the average load per expert, with room for the spread.
   const int64_t avg = (n_slots + n_expert - 1) / n_expert;
   // Up to 16 tokens per pass, the kernels are capped at 128 registers (4 blocks of 4 warps
@@ -236,7 +250,11 @@ void launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st) {
     launch_typed<1, 4>(a, b, grp, e, st);
   else
     launch_typed<1>(a, b, grp, e, st);
+  if (tail && launch_moe_combine_residual(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.n_tok, a.k, n_embd, *tail,
+                                          st))
+    return true;
   launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st);
+  return false;
 }
 
 }  // namespace brass::backend::cuda

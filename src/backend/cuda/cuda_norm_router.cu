@@ -9,6 +9,10 @@
 // of a token (ticket per token) reads the token's logits through L2, picks its experts with
 // pick_experts as router_kernel does (the same ids on the same logits), and writes y (only
 // then: the other blocks read it until their ticket) and xn from its registers.
+// With a MoePrep (the grouped MMA MoE follows), the token's last block also quantizes xn
+// into the MoE's int8 input (quantize_group_mma's arithmetic, on the registers), and the
+// last token to finish (a second ticket) groups every slot by expert (group_by_expert):
+// the MoE's grouping and quantization launches are gone.
 // Why: at 32-64 tokens a call the three kernels are latency-bound (~11 us a layer on the
 // H200), one dependent launch each. (A first version, a warp per token walking its row
 // twice, took ~23 us a layer: ~20 dependent loads a lane.)
@@ -34,11 +38,45 @@ constexpr size_t kMaxSmem = static_cast<size_t>(kEpb + 1) * kMaxEmbd * sizeof(fl
 
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// counters: one per token (blockIdx.x), zero at rest; the token's last block resets it.
-__global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP p, unsigned* counters) {
+// The token's xn (v: float4 j = tid + i * kThreads of the row) quantized per 32 as
+// quantize_group_mma does (MXFP4 order, the negated twin n_tok * n after): a group is 8
+// neighbouring threads' float4s.
+__device__ __forceinline__ void quantize_row_regs(const float4 (&v)[kVec], int n4, int64_t t, int64_t n_tok,
+                                                  const MoePrep& prep) {
+  const int tid = threadIdx.x;
+  const int64_t n = 4 * static_cast<int64_t>(n4);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int j = tid + i * kThreads;
+    const float4 x = v[i];  // (zero past the row)
+    float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (j >= n4) continue;
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int64_t gi = t * (n / 32) + j / 8;
+    const int l0 = (j % 8) * 4;
+    const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int8_t q = static_cast<int8_t>(roundf(xs[e] * id));
+      const int64_t at = gi * 32 + mx_pos(l0 + e);
+      prep.xq[at] = q;
+      prep.xq[n_tok * n + at] = static_cast<int8_t>(-q);
+    }
+    if (j % 8 == 0) prep.xd[gi] = __half2float(__float2half_rn(d));
+  }
+}
+
+// counters: one per token (blockIdx.x) and one for the launch, zero at rest; the token's
+// last block resets its own, the launch's last block the launch's.
+__global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP p, unsigned* counters,
+                                                                       MoePrep prep) {
   extern __shared__ __align__(16) float4 sm4[];  // [kEpb][n4] router rows | [n4] norm weights
   __shared__ float red[kWarps][kEpb];
   __shared__ float lg[kMaxExperts];  // last block: the token's logits
+  __shared__ int32_t gsh[2 * kMaxExperts];  // the launch's last block: grouping counters
   __shared__ bool last;
   const int n4 = static_cast<int>(p.router.n_in / 4);
   const int n_expert = static_cast<int>(p.n_expert);
@@ -57,7 +95,9 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
   for (int i = tid; i < n4; i += kThreads) cp_async16(nsm + i, reinterpret_cast<const float4*>(p.norm) + i);
   const float bias = p.router_bias && tid < ne ? __ldg(p.router_bias + e0 + tid) : 0.f;
   pdl_wait();
-  pdl_trigger();
+  // With prep the MoE's gate/up follows: it is released only as the blocks exit (its
+  // blocks would wait out the grouping's tail on the SMs).
+  if (!prep.xq) pdl_trigger();
   const int64_t n = 4 * static_cast<int64_t>(n4);
   const float4* y4 = reinterpret_cast<const float4*>(p.y + t * n);
   const float4* a4 = p.add ? reinterpret_cast<const float4*>(p.add + t * n) : nullptr;
@@ -125,6 +165,15 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
     xw[j] = v[i];
   }
   if (tid == 0) counters[t] = 0u;  // graph replays start from 0
+  if (!prep.xq) return;
+  quantize_row_regs(v, n4, t, gridDim.x, prep);
+  // Second ticket, as the first: this token's ids (warp 0) before the release.
+  __syncthreads();
+  if (tid == 0) last = ticket_acq_rel(&counters[gridDim.x]) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  group_by_expert(p.moe.ids, static_cast<int64_t>(gridDim.x) * p.moe.k, n_expert, prep.grp, gsh);
+  if (tid == 0) counters[gridDim.x] = 0u;
 }
 
 bool al16(const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; }
@@ -140,10 +189,10 @@ bool applies(const MoeBlockP& p) {
 
 }  // namespace
 
-int64_t norm_router_rows_counters(const MoeBlockP& p) { return std::max<int64_t>(1, p.moe.n_tok); }
+int64_t norm_router_rows_counters(const MoeBlockP& p) { return std::max<int64_t>(1, p.moe.n_tok) + 1; }
 
-bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st) {
-  if (!counters || !applies(p)) return false;
+bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st, const MoePrep* prep) {
+  if (!counters || !applies(p) || (prep && p.router.n_in % 32 != 0)) return false;
   static const bool attr = [] {  // over 48 KB of dynamic shared memory from 1366 wide
     BRASS_CUDA_CHECK(
         cudaFuncSetAttribute(norm_router_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
@@ -152,7 +201,7 @@ bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_
   (void)attr;
   const dim3 grid(static_cast<unsigned>(p.moe.n_tok), static_cast<unsigned>((p.n_expert + kEpb - 1) / kEpb));
   const size_t smem = static_cast<size_t>(kEpb + 1) * static_cast<size_t>(p.router.n_in) * sizeof(float);
-  launch_pdl(norm_router_rows_kernel, grid, dim3(kThreads), smem, st, p, counters);
+  launch_pdl(norm_router_rows_kernel, grid, dim3(kThreads), smem, st, p, counters, prep ? *prep : MoePrep{});
   BRASS_CUDA_LAUNCHED();
   return true;
 }

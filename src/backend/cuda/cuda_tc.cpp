@@ -109,13 +109,20 @@ bool TensorCores::qkv(const MatmulP (&m)[3]) {
   return launch_split_cols3(y, n_tok, sp, st_);  // (true: the widths were checked above)
 }
 
-bool TensorCores::moe(const MoeP& a) {
+bool TensorCores::moe_applies(const MoeP& a) const {
   const DevW &g = a.gate, &u = a.up, &d = a.down;
   if (!opt_.enabled || (g.type != kQ8 && g.type != kMX) || u.type != g.type || d.type != g.type) return false;
   const int64_t n_embd = g.n_in, n_ff = g.ne1, n_expert = g.rows / std::max<int64_t>(g.ne1, 1);
   const int64_t n_slots = a.n_tok * a.k;
   if (n_expert < 1 || n_expert > kMaxExperts || n_slots < opt_.min_slots_per_expert * n_expert) return false;
-  if (u.n_in != n_embd || u.ne1 != n_ff || d.n_in != n_ff || d.ne1 != n_embd || n_embd % 32 || n_ff % 32) return false;
+  return !(u.n_in != n_embd || u.ne1 != n_ff || d.n_in != n_ff || d.ne1 != n_embd || n_embd % 32 || n_ff % 32);
+}
+
+bool TensorCores::moe(const MoeP& a) {
+  if (!moe_applies(a)) return false;
+  const DevW &g = a.gate, &u = a.up, &d = a.down;
+  const int64_t n_embd = g.n_in, n_ff = g.ne1, n_expert = g.rows / std::max<int64_t>(g.ne1, 1);
+  const int64_t n_slots = a.n_tok * a.k;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   BRASS_CUDA_CHECK(cudaStreamIsCapturing(st_, &cs));
   if (cs != cudaStreamCaptureStatusNone) return false;  // needs the group sizes on the host

@@ -41,6 +41,7 @@ class TensorCores {
   // outputs with their biases. Same numerics as three matmul calls (f32 summation order aside).
   bool qkv(const MatmulP (&m)[3]);
   bool moe(const MoeP& a);
+  bool moe_applies(const MoeP& a) const;  // moe's shape checks (it also declines in a capture)
   const TcOptions& options() const { return opt_; }
 
  private:
