@@ -866,6 +866,94 @@ TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
   }
 }
 
+// Batched decode's attn_qkv: n sequences of one token each, at scattered positions, ring
+// (sliding-window) and linear caches side by side. The CUDA backend rotates q and k and
+// stores k and v in one launch (rope_store_multi_kernel) after the projections (the int8
+// MMA kernel for MXFP4 in Int8Act mode, three matmuls otherwise); the reference composes
+// rope, rope, kv_store. Every sequence's cache row is compared, and the cache is checked
+// untouched elsewhere.
+TEST_P(CudaOpsMode, BatchedQkvOfOneTokenSequences) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(GetParam());
+  SEED_TRACE(f.rng);
+  const auto freqs = model::compute_rope_freqs(model::RopeParams{});
+  struct Case { DType wt, kv; int64_t n_embd, n_head, n_head_kv, hd, n_seq; };
+  for (const Case& c : {Case{DType::F32, DType::F16, 96, 4, 2, 64, 5}, Case{DType::MXFP4, DType::F32, 128, 8, 2, 32, 40},
+                        Case{DType::MXFP4, DType::F16, 2880, 64, 8, 64, 32}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.wt) << " n_embd " << c.n_embd << " seqs " << c.n_seq);
+    const int64_t Q = c.n_head * c.hd, KV = c.n_head_kv * c.hd, n = c.n_seq, esz = c.kv == DType::F16 ? 2 : 4;
+    HostWeight wq(f.rng, c.wt, c.n_embd, Q), wk(f.rng, c.wt, c.n_embd, KV), wv(f.rng, c.wt, c.n_embd, KV);
+    auto bq = f.rng.vec(Q), bk = f.rng.vec(KV), bv = f.rng.vec(KV), x = f.rng.vec(n * c.n_embd);
+    const auto xr = f.q8x && q8x_type(c.wt) ? q8_roundtrip(x, c.n_embd) : x;
+    constexpr int32_t kCap = 128;  // ring sequences' slots
+    std::vector<int32_t> pos(n);
+    std::vector<AttnSeq> cs(n), gs(n);
+    std::vector<std::vector<uint8_t>> hk(n), hv(n);
+    std::vector<std::unique_ptr<Buffer>> gk(n), gv(n);
+    for (int64_t i = 0; i < n; ++i) {
+      pos[i] = static_cast<int32_t>(f.rng.uni(0.0f, 300.0f));
+      const bool ring = i % 2 == 1;
+      const int32_t slots = ring ? kCap : pos[i] + 1;
+      hk[i].assign(slots * KV * esz, 0);
+      hv[i].assign(slots * KV * esz, 0);
+      for (auto* h : {&hk[i], &hv[i]})  // random bytes: a stray write shows
+        for (auto& b : *h) b = static_cast<uint8_t>(f.rng.uni(0.0f, 64.0f));
+      cs[i] = AttnSeq{.tok0 = i, .n_tok = 1, .pos0 = pos[i], .k = hk[i].data(), .v = hv[i].data(), .capacity = slots,
+                      .ring = ring};
+      gk[i] = std::move(f.gpu->alloc(hk[i].size())).value();
+      gv[i] = std::move(f.gpu->alloc(hv[i].size())).value();
+      f.gpu->upload(gk[i]->data(), hk[i].data(), hk[i].size());
+      f.gpu->upload(gv[i]->data(), hv[i].data(), hv[i].size());
+      gs[i] = cs[i];
+      gs[i].k = gk[i]->data();
+      gs[i].v = gv[i]->data();
+    }
+    std::vector<float> q(n * Q), k(n * KV), v(n * KV);
+    f.cpu->attn_qkv({.x = xr.data(), .wq = wq.view, .wk = wk.view, .wv = wv.view, .bq = bq.data(), .bk = bk.data(),
+                     .bv = bv.data(), .q = q.data(), .k = k.data(), .v = v.data(), .pos = pos.data(),
+                     .inv_freq = freqs.inv_freq.data(), .mscale = freqs.mscale, .n_tok = n, .n_head = c.n_head,
+                     .n_head_kv = c.n_head_kv, .head_dim = c.hd, .kv_type = c.kv, .seqs = cs});
+    Dev dx = Dev::from(*f.gpu, x), dbq = Dev::from(*f.gpu, bq), dbk = Dev::from(*f.gpu, bk), dbv = Dev::from(*f.gpu, bv),
+        dp = Dev::from(*f.gpu, pos), dfr = Dev::from(*f.gpu, freqs.inv_freq), dq = Dev::poisoned<float>(*f.gpu, q.size()),
+        dk = Dev::poisoned<float>(*f.gpu, k.size()), dv = Dev::poisoned<float>(*f.gpu, v.size());
+    f.gpu->attn_qkv({.x = dx.as<float>(), .wq = on_gpu(*f.gpu, wq.view), .wk = on_gpu(*f.gpu, wk.view),
+                     .wv = on_gpu(*f.gpu, wv.view), .bq = dbq.as<float>(), .bk = dbk.as<float>(),
+                     .bv = dbv.as<float>(), .q = dq.as<float>(), .k = dk.as<float>(), .v = dv.as<float>(),
+                     .pos = dp.as<int32_t>(), .inv_freq = dfr.as<float>(), .mscale = freqs.mscale, .n_tok = n,
+                     .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd, .kv_type = c.kv, .seqs = gs});
+    expect_close(dq.get<float>(q.size()), q, 2e-5, 1e-5, "q");
+    expect_close(dk.get<float>(k.size()), k, 2e-5, 1e-5, "k");
+    expect_close(dv.get<float>(v.size()), v, 2e-5, 1e-5, "v");
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE(::testing::Message() << "sequence " << i << " pos " << pos[i]);
+      const int64_t slot = cs[i].ring ? pos[i] % kCap : pos[i], row = KV * esz;
+      for (const auto& [dev, host] : {std::pair{gk[i].get(), &hk[i]}, std::pair{gv[i].get(), &hv[i]}}) {
+        std::vector<uint8_t> got(host->size());
+        f.gpu->download(got.data(), dev->data(), got.size());
+        ASSERT_EQ(0, std::memcmp(got.data(), host->data(), slot * row)) << "rows before the token's were written";
+        ASSERT_EQ(0, std::memcmp(got.data() + (slot + 1) * row, host->data() + (slot + 1) * row,
+                                 got.size() - (slot + 1) * row))
+            << "rows after the token's were written";
+        std::vector<float> a(KV), b(KV);
+        for (int64_t e = 0; e < KV; ++e) {
+          const size_t off = static_cast<size_t>(slot * row + e * esz);
+          if (esz == 2) {
+            uint16_t ha, hb;
+            std::memcpy(&ha, got.data() + off, 2);
+            std::memcpy(&hb, host->data() + off, 2);
+            a[e] = f16_to_f32(ha);
+            b[e] = f16_to_f32(hb);
+          } else {
+            std::memcpy(&a[e], got.data() + off, 4);
+            std::memcpy(&b[e], host->data() + off, 4);
+          }
+        }
+        expect_close(a, b, 2e-3, 1e-5, "cache row");  // f16: one rounding step apart at most
+      }
+    }
+  }
+}
+
 TEST(CudaOps, ArgmaxTiesAndFeedback) {
   BRASS_REQUIRE_CUDA();
   Fix f;
