@@ -48,6 +48,14 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Groups: cp_async_commit closes this thread's copies issued since the last commit into a
+// group; cp_async_wait_group<N> waits until at most its N newest groups are still pending
+// (a ring of stages: wait for the oldest, keep the next ones in flight).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // Copies n elements global -> shared with up to U loads of a thread in flight at once. A
 // plain copy loop waits one L2 round trip per step: each store needs its load's value, and

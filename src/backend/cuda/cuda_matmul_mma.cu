@@ -4,7 +4,8 @@
 // that the cuBLAS path makes per call (cuda_tc.cpp). Two kernels: int8 MMA on the Q8_0
 // round trip of x (the q8x path's numerics, summed in another order) and, for Q8_0
 // weights from a few tokens on, f16 MMA on fragments dequantized in registers (the
-// tensor-core path's numerics).
+// tensor-core path's numerics), the latter also in 256-row blocks that share one copy of
+// the activations in shared memory for calls of many row tiles (the output head).
 #include <algorithm>
 #include <cstdlib>
 #include <span>
@@ -162,6 +163,151 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts 
   write_tile<NT>(acc, m.y, w.rows, m.bias, r0, base, n_tok);
 }
 
+// ---- The same f16 MMA for calls of many row tiles (the output head), 256 rows a block ----
+// matmul_h16_kernel's blocks each read the pass's activations (8 NT tokens x n halves) from
+// L2 for 32 rows of weights: for the 201,088 x 2,880 head at 32 tokens that is 184 KB per
+// 92 KB of weights, 1.16 GB of L2 reads a call for 0.6 GB of weights. Here a block's 8
+// warps (32 rows each, the same fragments) walk the same whole K range, so the block loads
+// each activation chunk once into shared memory for 256 rows: 8x less L2 traffic, and no K
+// split (enough blocks without one: >= 16 an SM's worth of 32-row tiles).
+//
+// K streams in chunks of 64 columns (two Q8_0 blocks):
+// - Weights: lane (g, t) loads 16 bytes of each of its rows g + 8 i (i < 4): bytes 16 t ..
+//   16 t + 15 of the chunk, all in block t / 2, whose scale it loads. Its 8 fragment slots
+//   of the chunk's first k32 step are bytes 16 t .. + 7, of the second 16 t + 8 .. + 15
+//   (matmul_h16_kernel's K-order freedom: a k16 MMA's slots may come from two blocks, each
+//   dequantized with its own scale). One LDG.128 per row and chunk (half the load
+//   instructions of 8-byte steps), 2 KB of a warp's rows a chunk. Two register buffers in
+//   turn: chunk c + 1's loads are in flight while chunk c computes, and c + 2's are issued
+//   as soon as c is done, so a warp waits with 2 chunks (4 KB) in flight: 16 warps an SM
+//   (2 blocks) keep ~32..64 KB in flight, what ~4 TB/s at ~1 us of loaded latency asks.
+//   A bigger chunk would hold more registers per buffer (128 columns: 36 instead of 20).
+// - Activations: (8 NT tokens, 64 halves) a chunk in a 3-stage cp.async ring: chunk c + 2
+//   is copied while c computes; one barrier a chunk (after it, every warp is done with
+//   chunk c - 1, whose stage c + 2 takes). 8 NT x 8 copies of 16 bytes: one a thread at
+//   most. Rows padded by 8 halves (144 bytes, 9 16-byte units: odd): a quarter warp's
+//   B loads (lanes g, g + 1 of t 0..3: bytes 144 g + 32 t + 16 s) hit 8 different 16-byte
+//   bank groups; unpadded (128-byte rows) tokens g and g + 1 would collide 2-way.
+// - A last chunk of 32 columns (n % 64 == 32): lanes t >= 2 (the missing block) load zero
+//   weights and the stage's missing columns are stored as zeros, so they add 0 x 0.
+// Tokens >= n_tok: their stage rows are stored as zeros (never stored to y). Warps whose
+// 32 rows are past the last tile (rows need not be a multiple of 256) copy and take every
+// barrier but load and compute nothing.
+constexpr int kWideWarps = 8;
+constexpr int kWideChunk = 64;               // K columns per chunk (two Q8_0 blocks)
+constexpr int kWideRow = kWideChunk + 8;     // halves per stage row (padded)
+constexpr int kWideStages = 3;
+
+// A lane's weights of one chunk: rows g + 8 i, bytes 16 t .. 16 t + 15 and their block's scale.
+struct WideW {
+  uint4 q[4];
+  __half d[4];
+};
+
+// grid (ceil(n_tok / (8 NT)), ceil(row tiles / 8)): block (x, y) computes row tiles
+// [8 y, 8 y + 8) (warp w: tile 8 y + w, of whichever of ps's matrices holds it) for tokens
+// [8 NT x, 8 NT (x + 1)) over the whole K. xh: (n_tok, n) f16 activations.
+template <int NT>
+__global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(Parts ps,
+                                                                                const __half* __restrict__ xh,
+                                                                                int n_tok) {
+  __shared__ __align__(16) __half xs[kWideStages][8 * NT][kWideRow];  // (stage, token, chunk column + pad)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  const int tile = static_cast<int>(blockIdx.y) * kWideWarps + warp;
+  const bool live = tile < ps.end[2];
+  const Parts::One m = ps.at(live ? tile : 0);
+  const int n = static_cast<int>(ps.w[0].n_in), nb = n / 32, nch = (n + kWideChunk - 1) / kWideChunk;
+  const uint8_t* q = m.w.q + (m.r0 + g) * n + 16 * t;                                    // row g + 8 i: + 8 i n
+  const __half* sc = reinterpret_cast<const __half*>(m.w.s) + (m.r0 + g) * nb + (t >> 1);  // + 8 i nb
+  // Chunk c's weights into b (zeros past the row's end or on a dead warp: chunk c >= nch,
+  // or the missing half of a last 32-column chunk). Whole chunks (a warp-uniform branch)
+  // load with no condition on a lane: nothing may read the registers (as a select after a
+  // load would) before the chunk computes.
+  auto load_w = [&](int c, WideW& b) {
+    if (live && 2 * c + 2 <= nb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        b.q[i] = __ldg(reinterpret_cast<const uint4*>(q + (8 * i * n + kWideChunk * c)));
+        b.d[i] = __ldg(sc + (8 * i * nb + 2 * c));
+      }
+    } else {
+      const bool ok = live && 2 * c + (t >> 1) < nb;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        b.q[i] = ok ? __ldg(reinterpret_cast<const uint4*>(q + (8 * i * n + kWideChunk * c))) : make_uint4(0, 0, 0, 0);
+        b.d[i] = ok ? __ldg(sc + (8 * i * nb + 2 * c)) : __ushort_as_half(0);
+      }
+    }
+  };
+  // Thread's copy: piece cpc (8 halves) of stage row ct (token base + ct), if ct < 8 NT.
+  const int base = static_cast<int>(blockIdx.x) * 8 * NT;
+  const int ct = threadIdx.x / 8, cpc = threadIdx.x % 8;
+  const bool copier = ct < 8 * NT, have_tok = copier && base + ct < n_tok;
+  const __half* xsrc = xh + static_cast<int64_t>(have_tok ? base + ct : 0) * n + 8 * cpc;
+  // Chunk c's activations into stage c % 3, then one commit (empty past the last chunk:
+  // one group per chunk keeps cp_async_wait_group's count).
+  auto load_x = [&](int c) {
+    if (copier && c < nch) {
+      __half* dst = &xs[c % kWideStages][ct][8 * cpc];
+      if (have_tok && kWideChunk * c + 8 * cpc < n)
+        cp_async16(dst, xsrc + kWideChunk * c);
+      else
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+    cp_async_commit();
+  };
+  float acc[2][NT][4] = {};
+  // Chunk c from weights b (stage c % 3); then b takes chunk c + 2's weights.
+  auto chunk = [&](int c, WideW& b) {
+    cp_async_wait_group<1>();  // this thread's copies of chunk c have landed (c + 1's may pend)
+    __syncthreads();           // everyone's, and every warp is done with chunk c - 1's stage
+    load_x(c + 2);
+    if (live) {
+      const __half* xr = &xs[c % kWideStages][g][16 * t];  // token g of tile j: + 8 j rows
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {  // k32 step: bytes 16 t + 8 s .. + 7 of each row
+        uint4 bv[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) bv[j] = *reinterpret_cast<const uint4*>(xr + 8 * j * kWideRow + 8 * s);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const uint4 &lo = b.q[2 * mt], &hi = b.q[2 * mt + 1];  // rows g + 16 mt, g + 8 + 16 mt
+          const __half2 dl = __half2half2(b.d[2 * mt]), dh = __half2half2(b.d[2 * mt + 1]);
+          uint32_t a[2][4];  // [k16 chunk][fragment register]
+          q8_half2(s ? lo.z : lo.x, dl, a[0][0], a[0][2]);
+          q8_half2(s ? hi.z : hi.x, dh, a[0][1], a[0][3]);
+          q8_half2(s ? lo.w : lo.y, dl, a[1][0], a[1][2]);
+          q8_half2(s ? hi.w : hi.y, dh, a[1][1], a[1][3]);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            mma_f16(acc[mt][j], a[0][0], a[0][1], a[0][2], a[0][3], bv[j].x, bv[j].y);
+            mma_f16(acc[mt][j], a[1][0], a[1][1], a[1][2], a[1][3], bv[j].z, bv[j].w);
+          }
+        }
+      }
+    }
+    load_w(c + 2, b);
+  };
+  // Weights are static: the first two chunks' loads go out before the wait for the
+  // previous kernel (the activations it writes are read only after it).
+  WideW wa, wb;
+  load_w(0, wa);
+  load_w(1, wb);
+  pdl_wait();
+  pdl_trigger();
+  load_x(0);
+  load_x(1);
+#pragma unroll 1
+  for (int c = 0; c < nch; c += 2) {
+    chunk(c, wa);
+    if (c + 1 < nch) chunk(c + 1, wb);  // uniform over the block: the barriers match
+  }
+  if (live) {
+    const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
+    write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
+  }
+}
+
 // One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
 // at once (a block per row walking its groups took ~10 us for 64 rows of 2880).
 template <int TYPE>
@@ -196,6 +342,14 @@ int blocks_per_sm() {
   static const int v = env_int("BRASS_CUDA_MMA_BLOCKS_PER_SM", 4);
   return v;
 }
+// BRASS_CUDA_MMA_WIDE=0: calls of many row tiles stay on matmul_h16_kernel.
+bool wide_enabled() {
+  static const bool v = [] {
+    const char* e = std::getenv("BRASS_CUDA_MMA_WIDE");
+    return !(e && e[0] == '0' && e[1] == '\0');
+  }();
+  return v;
+}
 
 // K split: enough blocks for ~blocks_per_sm() per SM, each warp still >= 2 K steps.
 int pick_ksplit(int64_t tiles, int steps, int ks) {
@@ -204,9 +358,10 @@ int pick_ksplit(int64_t tiles, int steps, int ks) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max(1, std::min(16, steps / (2 * ks)))));
 }
 
-// One call's launch shape: f16 or int8 kernel, token tiles per pass, grid, K split.
+// One call's launch shape: f16 or int8 kernel (f16: 32 or 256 rows a block), token tiles
+// per pass, grid (gx: 32-row tiles, gy: token passes), K split.
 struct Plan {
-  bool h16;
+  bool h16, wide;
   int nt, ksplit;
   int64_t gx, gy;
   int64_t part_floats() const { return ksplit > 1 ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
@@ -223,7 +378,11 @@ Plan plan(std::span<const MatmulP> ms, bool h16) {
   p.gy = (a.n_tok + 8 * p.nt - 1) / (8 * p.nt);
   const int steps = a.w.type == kMX ? k_steps<kMX>(static_cast<int>(a.w.n_in)) : k_steps<kQ8>(static_cast<int>(a.w.n_in));
   const int ks = p.h16 ? (p.nt >= 4 ? 4 : 8) : (p.nt >= 8 ? 4 : 8);
-  p.ksplit = pick_ksplit(p.gx * p.gy, steps, ks);
+  // 256 rows a block once the 32-row tiles number >= 16 an SM (the output head: 6,284 at
+  // 32 tokens; q / k / v's 160 and wo's 90 keep their K-split 32-row blocks): the wide
+  // blocks still fill the SMs, each reading the activations once for 8 tiles.
+  p.wide = p.h16 && p.nt <= 4 && wide_enabled() && p.gx * p.gy >= 16 * static_cast<int64_t>(sm_count());
+  p.ksplit = p.wide ? 1 : pick_ksplit(p.gx * p.gy, steps, ks);
   return p;
 }
 
@@ -259,6 +418,14 @@ void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh
   BRASS_CUDA_LAUNCHED();
 }
 
+// Grid y: ceil(tiles / 8) <= 8,192 (matmul_mma_supported: <= 65,535 tiles), within 65,535.
+template <int NT>
+void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps));
+  launch_pdl(matmul_h16_wide_kernel<NT>, grid, dim3(kWideWarps * kWarp), 0, st, ps, xh, static_cast<int>(n_tok));
+  BRASS_CUDA_LAUNCHED();
+}
+
 // Tokens per tile pass: up to 64, so a 64-stream step reads the weight once.
 template <int TYPE>
 void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq, float* xd, float* part,
@@ -275,6 +442,14 @@ void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq,
 void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh, float* part, unsigned* tickets,
                  cudaStream_t st) {
   launch_to_half(a.x, nullptr, 1, xh, false, a.n_tok, a.w.n_in, st);
+  if (pl.wide) {
+    switch (pl.nt) {
+      case 1: launch_h16_wide<1>(ps, a.n_tok, pl, xh, st); break;
+      case 2: launch_h16_wide<2>(ps, a.n_tok, pl, xh, st); break;
+      default: launch_h16_wide<4>(ps, a.n_tok, pl, xh, st); break;
+    }
+    return;
+  }
   switch (pl.nt) {
     case 1: launch_h16<1>(ps, a.n_tok, pl, xh, part, tickets, st); break;
     case 2: launch_h16<2>(ps, a.n_tok, pl, xh, part, tickets, st); break;
