@@ -333,11 +333,13 @@ void sample_costs(model::Model& m) {
 }
 
 // Batched decode, llama-batched-bench style: N sequences, each a 128-token prompt (one
-// prefill call for all of them), then 128 steps of ONE forward call with one token per
-// sequence (greedy on the GPU, only the token ids come back: what the engine does for
-// greedy requests without logprobs).
+// prefill call for all of them), then 128 steps of one round with one token per sequence
+// (greedy on the GPU, only the token ids come back: what the engine does for greedy
+// requests without logprobs). Pipelined (Model::submit / collect, the default) or, with
+// --sync-steps, one forward() a step that returns with the tokens.
 // Aggregate tok/s counts the decode tokens only.
-void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n_prompt, int64_t n_steps) {
+void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n_prompt, int64_t n_steps,
+                 bool pipelined) {
   const auto& c = m.config();
   std::printf("%-12s %12s %12s %12s %10s %10s %10s\n", "streams", "decode tok/s", "ms/step", "prefill tok/s",
               "prep ms", "issue ms", "wait ms");
@@ -360,13 +362,38 @@ void stream_rows(model::Model& m, const std::vector<int64_t>& streams, int64_t n
     for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
     t0 = now();
     m.reset_round_times();
-    for (int64_t step = 0; step < n_steps; ++step) {
-      for (int64_t i = 0; i < n; ++i)
-        chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
-                     .pos0 = static_cast<int32_t>(n_prompt + step), .greedy = true};
-      if (Status st = m.forward(chunks, out); !st.is_ok()) { std::fprintf(stderr, "%s\n", st.message().c_str()); return; }
-      for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
-    }
+    auto fail = [](const Status& st) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return false;
+    };
+    auto run = [&]() -> bool {
+      if (!pipelined) {
+        for (int64_t step = 0; step < n_steps; ++step) {
+          for (int64_t i = 0; i < n; ++i)
+            chunks[i] = {.seq_id = base + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
+                         .pos0 = static_cast<int32_t>(n_prompt + step), .greedy = true};
+          if (Status st = m.forward(chunks, out); !st.is_ok()) return fail(st);
+          for (int64_t i = 0; i < n; ++i) next[i] = out.token[i];
+        }
+        return true;
+      }
+      // Pipelined: step s + 1 is issued with every sequence fed its
+      // step-s pick on the device, then step s's picks are collected.
+      std::vector<int32_t> picks;
+      for (int64_t step = 0; step < n_steps; ++step) {
+        for (int64_t i = 0; i < n; ++i)
+          chunks[i] = {.seq_id = base + static_cast<int32_t>(i),
+                       .tokens = step == 0 ? std::span<const int32_t>(&next[i], 1) : std::span<const int32_t>(),
+                       .pos0 = static_cast<int32_t>(n_prompt + step), .greedy = true, .feed = step > 0};
+        if (Status st = m.submit(chunks); !st.is_ok()) return fail(st);
+        if (step > 0) {
+          if (Status st = m.collect(picks); !st.is_ok()) return fail(st);
+        }
+      }
+      if (Status st = m.collect(picks); !st.is_ok()) return fail(st);
+      return true;
+    };
+    if (!run()) return;
     const double secs = now() - t0;
     const auto& rt = m.round_times();  // host split of a step (wait ~ the device's time)
     std::printf("%-12lld %12.0f %12.2f %12.0f %10.3f %10.3f %10.3f\n", (long long)n, n * n_steps / secs,
@@ -398,7 +425,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> pp;
   int64_t pp_ops = 0;
   std::vector<int64_t> streams;
-  bool sample = false;
+  bool sample = false, sync_steps = false;
   double tc_peak = 989.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -413,10 +440,11 @@ int main(int argc, char** argv) {
     else if (a == "--pp") pp = int_list(next());
     else if (a == "--streams") streams = int_list(next());
     else if (a == "--sample") sample = true;
+    else if (a == "--sync-steps") sync_steps = true;
     else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
     else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64] [--sample]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64] [--sync-steps] [--sample]\n");
       return 2;
     }
   }
@@ -460,7 +488,7 @@ int main(int argc, char** argv) {
   if (pp_ops > 0) prefill_op_costs(m, pp_ops);
   if (sample) sample_costs(m);
   if (!pp.empty()) prefill_rows(m, pp, tc_peak);
-  if (!streams.empty()) stream_rows(m, streams, 128, 128);
+  if (!streams.empty()) stream_rows(m, streams, 128, 128, !sync_steps);
   if (n_gen <= 0) return 0;
   const double wb = weight_bytes_per_token(m);
   std::printf("weights read per token: %.3f GB\n", wb / 1e9);

@@ -5,8 +5,8 @@
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
 # Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|burst|gupattern]...
-#   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3" runs --streams $STREAMS once per
-#   env setting (same build: the BRASS_CUDA_* measurement knobs); ncu_streams: per-kernel time of
+#   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
+#   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
 #   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
@@ -94,7 +94,10 @@ for s in $STAGES; do
       IFS=';' read -ra SW <<< "${SWEEP:-X=0}"
       for e in "${SW[@]}"; do
         echo "== env [$e]"
-        env $e timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${STREAMS:-8,32,64} 2>&1 | grep -E "^[0-9]+ "
+        # (words of a setting that start with -- are bench arguments, e.g. "X=1 --sync-steps")
+        ENVS=(); ARGS=(); for w in $e; do [[ $w == --* ]] && ARGS+=("$w") || ENVS+=("$w"); done
+        env "${ENVS[@]}" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${STREAMS:-8,32,64} \
+          "${ARGS[@]}" 2>&1 | grep -E "^[0-9]+ "
       done | tee "$OUT/sweep.log" ;;
     ncu_streams)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)

@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "backend/sampling.h"
 
 namespace brass::backend {
@@ -88,6 +90,17 @@ void Backend::sample(const SampleArgs& a) {
   for (int64_t r = 0; r < a.n_rows; ++r)
     a.out[r] = sample_row(std::span<const float>(a.x + r * a.n, static_cast<size_t>(a.n)), a.params[r]);
 }
+
+void Backend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+uint64_t Backend::download_async(void* host_dst, const void* src, size_t bytes) {
+  download(host_dst, src, bytes);
+  return 0;
+}
+
+void Backend::await(uint64_t) {}
 
 Status Graph::update(const std::function<void()>&) {
   return Status::error("graph update is not supported by this backend");

@@ -367,6 +367,15 @@ class Backend {
   virtual void add_rms_norm(const AddRmsNormArgs& a);
   virtual void attn_qkv(const AttnQkvArgs& a);
   virtual void moe_block(const MoeBlockArgs& a);
+  // Copy `bytes` between two places in backend memory, in issue order with the ops
+  // (default: memcpy, host-memory backends).
+  virtual void copy(void* dst, const void* src, size_t bytes);
+  // A download that does not wait (pipelining: the host issues the next work meanwhile):
+  // the bytes reach host_dst once the work issued before it is done; await(ticket) waits for
+  // that (and every earlier ticket) and host_dst must stay valid until then. Default:
+  // download() at once (synchronous backends), ticket 0.
+  virtual uint64_t download_async(void* host_dst, const void* src, size_t bytes);
+  virtual void await(uint64_t ticket);
   virtual void argmax(const ArgmaxArgs& a);  // default: host loop (host-memory backends)
   virtual void sample(const SampleArgs& a);  // default: backend::sample_row per row (host memory)
   // Record the ops `record` issues into a Graph (instead of running them). Default:

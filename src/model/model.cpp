@@ -132,46 +132,66 @@ Status Model::ensure_scratch(int64_t n_tok, int64_t n_out) {
     BRASS_TRY(grow(out_rows_, n_out * 4));
     BRASS_TRY(grow(out_x_, n_out * c.n_embd * sizeof(float)));
     BRASS_TRY(grow(logits_, n_out * c.n_vocab * sizeof(float)));
+    // picks_ keeps its rows: the next submitted round's feed chunks copy from them.
+    std::unique_ptr<backend::Buffer> old_picks = std::move(picks_);
     BRASS_TRY(grow(picks_, n_out * 4));
+    if (old_picks) be_->copy(picks_->data(), old_picks->data(), old_picks->size());
     cap_out_ = n_out;
     ++scratch_gen_;
   }
   return Status::ok();
 }
 
-Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
-  // Validate everything before touching any state.
+Status Model::check_batch(std::span<const SeqChunk> batch, const char* what) const {
   std::set<int32_t> seen;
-  int64_t total_rows = 0, blocks = 0;
+  int64_t blocks = 0;
+  for (const SeqChunk& ch : batch) {
+    if (!seen.insert(ch.seq_id).second)
+      return Status::errorf("{}: sequence {} appears twice in one batch", what, ch.seq_id);
+    if (ch.feed && !ch.tokens.empty())
+      return Status::errorf("{}: sequence {}: a feed chunk takes its token from the last pick; found {} tokens", what,
+                            ch.seq_id, ch.tokens.size());
+    if (!ch.feed && ch.tokens.empty()) return Status::errorf("{}: sequence {}: empty chunk", what, ch.seq_id);
+    const int64_t n = ch.feed ? 1 : static_cast<int64_t>(ch.tokens.size());
+    BRASS_ASSIGN_OR_RETURN(int64_t len, kv_.length(ch.seq_id));
+    if (ch.pos0 != len)
+      return Status::errorf("{}: sequence {}: chunk starts at position {} but the sequence has {} tokens", what,
+                            ch.seq_id, ch.pos0, len);
+    if (len + n > kv_.capacity(ch.seq_id))
+      return Status::errorf("{}: sequence {}: {} tokens exceed its context of {}", what, ch.seq_id, len + n,
+                            kv_.capacity(ch.seq_id));
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      if (ch.tokens[i] < 0 || ch.tokens[i] >= cfg_.n_vocab)
+        return Status::errorf("{}: sequence {}: token {} at index {} is outside the vocabulary [0, {})", what,
+                              ch.seq_id, ch.tokens[i], i, cfg_.n_vocab);
+    }
+    blocks += kv_.blocks_to_grow(ch.seq_id, len + n);
+  }
+  if (blocks > kv_.free_blocks())
+    return Status::errorf("{}: the batch needs {} more KV blocks of {} positions but the pool has {} free (of {})",
+                          what, blocks, kv_.block_size(), kv_.free_blocks(), kv_.pool_blocks());
+  return Status::ok();
+}
+
+Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
+  if (!pending_.empty())
+    return Status::errorf("forward: {} submitted rounds are not collected yet", pending_.size());
+  // Validate everything before touching any state.
+  for (const SeqChunk& ch : batch)
+    if (ch.feed) return Status::errorf("forward: sequence {}: feed chunks go through submit()", ch.seq_id);
+  BRASS_TRY(check_batch(batch, "forward"));
+  pick_rows_.clear();  // (this call's picks overwrite the last submitted round's)
+  int64_t total_rows = 0;
   out.n_vocab = cfg_.n_vocab;
   out.row0.assign(batch.size(), 0);
   out.n_rows.assign(batch.size(), 0);
   out.token.assign(batch.size(), -1);
   for (size_t c = 0; c < batch.size(); ++c) {
     const SeqChunk& ch = batch[c];
-    if (!seen.insert(ch.seq_id).second)
-      return Status::errorf("forward: sequence {} appears twice in one batch", ch.seq_id);
-    if (ch.tokens.empty()) return Status::errorf("forward: sequence {}: empty chunk", ch.seq_id);
-    BRASS_ASSIGN_OR_RETURN(int64_t len, kv_.length(ch.seq_id));
-    if (ch.pos0 != len)
-      return Status::errorf("forward: sequence {}: chunk starts at position {} but the sequence has {} tokens",
-                            ch.seq_id, ch.pos0, len);
-    if (len + static_cast<int64_t>(ch.tokens.size()) > kv_.capacity(ch.seq_id))
-      return Status::errorf("forward: sequence {}: {} tokens exceed its context of {}", ch.seq_id,
-                            len + ch.tokens.size(), kv_.capacity(ch.seq_id));
-    for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      if (ch.tokens[i] < 0 || ch.tokens[i] >= cfg_.n_vocab)
-        return Status::errorf("forward: sequence {}: token {} at index {} is outside the vocabulary [0, {})",
-                              ch.seq_id, ch.tokens[i], i, cfg_.n_vocab);
-    }
-    blocks += kv_.blocks_to_grow(ch.seq_id, len + static_cast<int64_t>(ch.tokens.size()));
     out.row0[c] = total_rows;
     out.n_rows[c] = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : (ch.greedy || ch.sample) ? 0 : 1;
     total_rows += out.n_rows[c];
   }
-  if (blocks > kv_.free_blocks())
-    return Status::errorf("forward: the batch needs {} more KV blocks of {} positions but the pool has {} free (of {})",
-                          blocks, kv_.block_size(), kv_.free_blocks(), kv_.pool_blocks());
   out.logits.assign(total_rows * cfg_.n_vocab, 0.0f);
 
   // Rounds of at most max_chunk_tokens tokens per sequence.
@@ -211,7 +231,72 @@ Status Model::forward(std::span<const SeqChunk> batch, ForwardOutput& out) {
   return Status::ok();
 }
 
-Status Model::forward_round(std::span<const Step> steps) {
+Status Model::submit(std::span<const SeqChunk> batch) {
+  if (pending_.size() >= kMaxInFlight)
+    return Status::errorf("submit: {} rounds are in flight already (at most {}): collect one first", pending_.size(),
+                          kMaxInFlight);
+  if (batch.empty()) return Status::error("submit: empty batch");
+  for (const SeqChunk& ch : batch) {
+    if (!(ch.greedy || ch.sample) || ch.all_logits)
+      return Status::errorf("submit: sequence {}: every chunk must be greedy or sampled (only its pick comes back)",
+                            ch.seq_id);
+    if (static_cast<int64_t>(ch.tokens.size()) > kv_.max_chunk_tokens())
+      return Status::errorf("submit: sequence {}: {} tokens exceed one round's {}", ch.seq_id, ch.tokens.size(),
+                            kv_.max_chunk_tokens());
+  }
+  BRASS_TRY(check_batch(batch, "submit"));
+  for (const SeqChunk& ch : batch)
+    if (ch.feed && !pick_rows_.count(ch.seq_id))
+      return Status::errorf("submit: sequence {}: a feed chunk needs the sequence in the previous submitted round",
+                            ch.seq_id);
+  Pending p;
+  p.picks.assign(batch.size(), -1);
+  static constexpr int32_t kPlaceholder = 0;  // a feed row's token before the copy from picks_
+  std::vector<Step> steps(batch.size());
+  std::vector<Feed> feeds;
+  int64_t row = 0;
+  for (size_t c = 0; c < batch.size(); ++c) {
+    const SeqChunk& ch = batch[c];
+    Step& s = steps[c];
+    s.seq_id = ch.seq_id;
+    s.tokens = ch.feed ? std::span<const int32_t>(&kPlaceholder, 1) : ch.tokens;
+    s.pos0 = ch.pos0;
+    s.out_first = static_cast<int64_t>(s.tokens.size()) - 1;
+    s.out_dst = nullptr;
+    s.greedy_dst = &p.picks[c];  // (marks the row: the picks come back by download_async)
+    s.sample = ch.sample;
+    if (ch.feed) feeds.push_back({row, pick_rows_.at(ch.seq_id)});
+    row += static_cast<int64_t>(s.tokens.size());
+  }
+  int64_t n_out = 0;
+  BRASS_TRY(issue_round(steps, feeds, n_out));
+  Timer timer;
+  bool any = false;
+  BRASS_TRY(issue_picks(steps, n_out, any));
+  // Each chunk has one output row, in batch order: pick row c is chunk c's.
+  p.ticket = be_->download_async(p.picks.data(), picks_->data(), batch.size() * sizeof(int32_t));
+  pick_rows_.clear();
+  for (size_t c = 0; c < batch.size(); ++c) {
+    pick_rows_[batch[c].seq_id] = static_cast<int64_t>(c);
+    kv_.commit(batch[c].seq_id, steps[c].pos0 + static_cast<int64_t>(steps[c].tokens.size()));
+  }
+  pending_.push_back(std::move(p));
+  times_.issue_s += timer.seconds();
+  ++times_.rounds;
+  return Status::ok();
+}
+
+Status Model::collect(std::vector<int32_t>& picks) {
+  if (pending_.empty()) return Status::error("collect: no submitted round is in flight");
+  Timer timer;
+  be_->await(pending_.front().ticket);
+  picks = std::move(pending_.front().picks);
+  pending_.pop_front();
+  times_.wait_s += timer.seconds();
+  return Status::ok();
+}
+
+Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
   Timer timer;
@@ -229,9 +314,17 @@ Status Model::forward_round(std::span<const Step> steps) {
     }
   }
   const int64_t n_tok = static_cast<int64_t>(tokens.size());
-  const int64_t n_out = static_cast<int64_t>(out_rows.size());
+  n_out = static_cast<int64_t>(out_rows.size());
   BRASS_TRY(ensure_scratch(n_tok, std::max<int64_t>(n_out, 1)));
   be.upload(tok_->data(), tokens.data(), n_tok * 4);
+  // Fed rows: picks_ -> tok_ (after the upload, in issue order), runs of neighbours at once.
+  for (size_t i = 0; i < feeds.size();) {
+    size_t j = i + 1;
+    while (j < feeds.size() && feeds[j].row == feeds[j - 1].row + 1 && feeds[j].pick == feeds[j - 1].pick + 1) ++j;
+    be.copy(tok_->as<int32_t>() + feeds[i].row, picks_->as<int32_t>() + feeds[i].pick,
+            (j - i) * sizeof(int32_t));
+    i = j;
+  }
   be.upload(pos_->data(), positions.data(), n_tok * 4);
   if (n_out) be.upload(out_rows_->data(), out_rows.data(), n_out * 4);
 
@@ -252,33 +345,53 @@ Status Model::forward_round(std::span<const Step> steps) {
     record_round(n_tok, n_out, seqs, /*direct=*/false, /*greedy=*/false);
   }
   times_.issue_s += timer.seconds();
-  timer.reset();
+  return Status::ok();
+}
+
+Status Model::issue_picks(std::span<const Step> steps, int64_t n_out, bool& any) {
+  const GptOssConfig& c = cfg_;
+  backend::Backend& be = *be_;
+  const float* lg = logits_->as<float>();  // (n_out, n_vocab)
+  any = true;
+  // Sampled rows: one sample op over every output row, per-row parameters from backend
+  // memory (greedy and logits-only rows get temperature 0: an argmax nobody reads).
+  if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.sample != nullptr; })) {
+    std::vector<backend::SampleParams> params(static_cast<size_t>(n_out));
+    for (auto& p : params) p.temperature = 0.0f;
+    int64_t r = 0;
+    for (const Step& s : steps) {
+      if (s.out_first < 0) continue;
+      r += static_cast<int64_t>(s.tokens.size()) - s.out_first;
+      if (s.sample) params[r - 1] = *s.sample;
+    }
+    const size_t bytes = params.size() * sizeof(backend::SampleParams);
+    if (!sample_params_ || sample_params_->size() < bytes) {
+      BRASS_ASSIGN_OR_RETURN(sample_params_, be.alloc(bytes));
+    }
+    be.upload(sample_params_->data(), params.data(), bytes);
+    be.sample({.x = lg, .params = sample_params_->as<backend::SampleParams>(), .out = picks_->as<int32_t>(),
+               .n_rows = n_out, .n = c.n_vocab});
+  } else if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
+    be.argmax({.x = lg, .out = picks_->as<int32_t>(), .n_rows = n_out, .n = c.n_vocab});
+  } else {
+    any = false;
+  }
+  return Status::ok();
+}
+
+Status Model::forward_round(std::span<const Step> steps) {
+  const GptOssConfig& c = cfg_;
+  backend::Backend& be = *be_;
+  int64_t n_out = 0;
+  BRASS_TRY(issue_round(steps, {}, n_out));
+  Timer timer;
   if (n_out > 0) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
-    // Greedy rows: the argmax of every output row on the backend, only the ids come back.
+    // Greedy / sampled rows: only the picks come back.
+    bool any = false;
+    BRASS_TRY(issue_picks(steps, n_out, any));
     std::vector<int32_t> picks;
-    // Sampled rows: one sample op over every output row, per-row parameters from backend
-    // memory (greedy and logits-only rows get temperature 0: an argmax nobody reads).
-    if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.sample != nullptr; })) {
-      std::vector<backend::SampleParams> params(static_cast<size_t>(n_out));
-      for (auto& p : params) p.temperature = 0.0f;
-      int64_t r = 0;
-      for (const Step& s : steps) {
-        if (s.out_first < 0) continue;
-        r += static_cast<int64_t>(s.tokens.size()) - s.out_first;
-        if (s.sample) params[r - 1] = *s.sample;
-      }
-      const size_t bytes = params.size() * sizeof(backend::SampleParams);
-      if (!sample_params_ || sample_params_->size() < bytes) {
-        BRASS_ASSIGN_OR_RETURN(sample_params_, be.alloc(bytes));
-      }
-      be.upload(sample_params_->data(), params.data(), bytes);
-      be.sample({.x = lg, .params = sample_params_->as<backend::SampleParams>(), .out = picks_->as<int32_t>(),
-                 .n_rows = n_out, .n = c.n_vocab});
-      picks.resize(n_out);
-      be.download(picks.data(), picks_->data(), n_out * sizeof(int32_t));
-    } else if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
-      be.argmax({.x = lg, .out = picks_->as<int32_t>(), .n_rows = n_out, .n = c.n_vocab});
+    if (any) {
       picks.resize(n_out);
       be.download(picks.data(), picks_->data(), n_out * sizeof(int32_t));
     }
@@ -415,6 +528,8 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
 
 Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out) {
   out.clear();
+  if (!pending_.empty())
+    return Status::errorf("decode_greedy: {} submitted rounds are not collected yet", pending_.size());
   BRASS_ASSIGN_OR_RETURN(const int64_t len, kv_.length(seq_id));
   if (token < 0 || token >= cfg_.n_vocab)
     return Status::errorf("decode_greedy: sequence {}: token {} is outside the vocabulary [0, {})", seq_id, token,

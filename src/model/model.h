@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -56,6 +57,10 @@ struct SeqChunk {
   // (backend::SampleArgs; temperature <= 0 is greedy) and only the token comes back, as
   // with greedy. Read during forward() only. Ignored with all_logits.
   const backend::SampleParams* sample = nullptr;
+  // Model::submit only: the chunk's one token is the pick this sequence got in the previous
+  // submitted round, taken on the backend (it may not have come back yet); `tokens` must be
+  // empty.
+  bool feed = false;
 };
 
 struct ForwardOutput {
@@ -93,15 +98,33 @@ class Model {
   Status remove_sequence(int32_t seq_id) {
     fwd_graphs_.erase(seq_id);
     greedy_graphs_.erase(seq_id);
+    pick_rows_.erase(seq_id);
     return kv_.remove_sequence(seq_id);
   }
-  Status truncate_sequence(int32_t seq_id, int64_t n) { return kv_.truncate(seq_id, n); }
+  Status truncate_sequence(int32_t seq_id, int64_t n) {
+    pick_rows_.erase(seq_id);
+    return kv_.truncate(seq_id, n);
+  }
   Result<int64_t> sequence_length(int32_t seq_id) const { return kv_.length(seq_id); }
 
   // Run the batch. Invalid input (unknown sequence, wrong pos0, bad token id, context
   // overflow, more new KV blocks than the pool has free) is reported before anything is
   // computed or any sequence changes.
   Status forward(std::span<const SeqChunk> batch, ForwardOutput& out);
+
+  // Pipelined decode. forward() returns once a round's tokens are back, so the backend
+  // idles while the host prepares and issues the next round (validation, KV views, graph
+  // update: ~0.1 ms a step at 32 streams). submit() issues a batch and returns: every
+  // chunk must be greedy or sampled (only its pick comes back) and fit one round
+  // (max_chunk_tokens); a `feed` chunk takes its token from its sequence's pick in the
+  // previous submitted round, on the backend, so round N + 1 is issued before round N's
+  // picks are back. collect() waits for the oldest submitted round and returns its picks,
+  // one per chunk in batch order. At most kMaxInFlight rounds are outstanding; forward()
+  // and decode_greedy() refuse to run while any is. Sequence lengths advance at submit().
+  static constexpr size_t kMaxInFlight = 2;
+  Status submit(std::span<const SeqChunk> batch);
+  Status collect(std::vector<int32_t>& picks);
+  size_t in_flight() const { return pending_.size(); }
 
   // Greedy decoding of one sequence: feeds `token` at the sequence's current position,
   // then each step's argmax, for n_steps steps; `out` gets the n_steps picked tokens.
@@ -132,7 +155,18 @@ class Model {
     const backend::SampleParams* sample = nullptr;  // with greedy_dst: sample that row instead
   };
   Model() = default;
+  // Validation shared by forward() and submit() (`what` names the caller in errors).
+  Status check_batch(std::span<const SeqChunk> batch, const char* what) const;
   Status forward_round(std::span<const Step> steps);
+  // A round's work up to its output rows' logits (no waiting): uploads, KV views, the
+  // layers and head. Feed: token row `row` of the round takes picks_[pick] (submit()).
+  struct Feed {
+    int64_t row, pick;
+  };
+  Status issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out);
+  // The round's picks into picks_ (argmax, or the sample op when a step samples): false when
+  // no step wants one.
+  Status issue_picks(std::span<const Step> steps, int64_t n_out, bool& any);
   Status ensure_scratch(int64_t n_tok, int64_t n_out);
   Status prepare_weights();
   // Issue the ops of one round (no host sync): layers, then for n_out > 0 the output rows
@@ -175,6 +209,14 @@ class Model {
   std::map<int64_t, GraphSlot> batch_graphs_;  // by batch size
   uint64_t batch_uses_ = 0;
   RoundTimes times_;
+  // Pipelined rounds (submit / collect), oldest first; their picks come back by
+  // download_async into `picks`.
+  struct Pending {
+    std::vector<int32_t> picks;
+    uint64_t ticket = 0;
+  };
+  std::deque<Pending> pending_;
+  std::map<int32_t, int64_t> pick_rows_;  // the last submitted round: sequence -> its row of picks_
 };
 
 }  // namespace brass::model

@@ -271,6 +271,100 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
   }
 }
 
+// Pipelined decode (Model::submit / collect) on the GPU, graphs on: each round is issued
+// before the previous one's picks are back, its feed chunks' tokens copied on the device
+// from those picks. Against forward() rounds of the same batches given the picks from the
+// host: the same tokens, round for round. Rounds of 2..8 of 8 sequences in random order
+// (sequences sitting out rejoin with a host token; the picks buffer grows while a round
+// feeds from it), some rows sampled on the device, int8 and exact modes.
+TEST(CudaModel, PipelinedRoundsEqualForwardRounds) {
+  BRASS_REQUIRE_CUDA();
+  for (bool q8x : {true, false}) {
+    backend::testing::Rng rng;
+    SEED_TRACE(rng);
+    TempFile file("cuda_pipelined");
+    const TinySpec spec = batched_spec();
+    ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
+    ModelOptions o;
+    o.kv_type = DType::F16;
+    o.n_ctx = 160;
+    o.max_chunk_tokens = 32;
+    auto ref = load_on(file.path, o, true, q8x), pipe = load_on(file.path, o, true, q8x);
+    ASSERT_TRUE(ref && pipe);
+    const int64_t V = spec.n_vocab;
+    constexpr int kSeqs = 8, kSteps = 20;
+    std::map<int32_t, int32_t> len, last;
+    for (int32_t id = 0; id < kSeqs; ++id) {
+      std::vector<int32_t> prompt(rng.integer(1, 30));
+      for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
+      SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
+      ForwardOutput out;
+      for (Model* m : {ref.get(), pipe.get()}) {
+        ASSERT_TRUE(m->add_sequence(id).is_ok());
+        ASSERT_TRUE(m->forward(std::span(&ch, 1), out).is_ok());
+      }
+      len[id] = static_cast<int32_t>(prompt.size());
+      last[id] = argmax(out.row(0), V);
+    }
+    // The rounds: ids, sampled or greedy, the sampling parameters; the reference runs them.
+    struct Round {
+      std::vector<int32_t> ids;
+      std::vector<backend::SampleParams> params;  // temperature 0: greedy
+      std::vector<int32_t> host;                  // the token forward() was given
+      std::vector<int32_t> picks;
+    };
+    std::vector<Round> rounds(kSteps);
+    std::map<int32_t, int32_t> ref_len = len, ref_last = last;
+    for (int k = 0; k < kSteps; ++k) {
+      Round& r = rounds[k];
+      for (int32_t id = 0; id < kSeqs; ++id) r.ids.push_back(id);
+      std::shuffle(r.ids.begin(), r.ids.end(), rng.gen);
+      r.ids.resize(k < 3 ? 2 + k : rng.integer(2, kSeqs));
+      std::vector<SeqChunk> chunks;
+      r.params.resize(r.ids.size());
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        backend::SampleParams& p = r.params[i];
+        p.temperature = rng.integer(0, 2) == 0 ? 0.8f : 0.0f;
+        p.seed = static_cast<uint64_t>(rng.integer(0, 1 << 30));
+        p.counter = static_cast<uint64_t>(k);
+        r.host.push_back(ref_last[r.ids[i]]);
+      }
+      for (size_t i = 0; i < r.ids.size(); ++i)
+        chunks.push_back({.seq_id = r.ids[i], .tokens = std::span(&r.host[i], 1), .pos0 = ref_len[r.ids[i]],
+                          .greedy = r.params[i].temperature <= 0.0f,
+                          .sample = r.params[i].temperature > 0.0f ? &r.params[i] : nullptr});
+      ForwardOutput out;
+      ASSERT_TRUE(ref->forward(chunks, out).is_ok()) << "round " << k;
+      r.picks = out.token;
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        ref_last[r.ids[i]] = out.token[i];
+        ++ref_len[r.ids[i]];
+      }
+    }
+    // Pipelined: a sequence of the previous round is fed on the device, the others get the
+    // reference's token (the same as their last collected pick when the two agree).
+    std::vector<int32_t> prev;
+    std::vector<std::vector<int32_t>> got;
+    for (int k = 0; k < kSteps; ++k) {
+      const Round& r = rounds[k];
+      std::vector<SeqChunk> chunks;
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        const bool feed = std::find(prev.begin(), prev.end(), r.ids[i]) != prev.end();
+        chunks.push_back({.seq_id = r.ids[i], .tokens = feed ? std::span<const int32_t>() : std::span(&r.host[i], 1),
+                          .pos0 = len[r.ids[i]], .greedy = r.params[i].temperature <= 0.0f,
+                          .sample = r.params[i].temperature > 0.0f ? &r.params[i] : nullptr, .feed = feed});
+        ++len[r.ids[i]];
+      }
+      const Status st = pipe->submit(chunks);
+      ASSERT_TRUE(st.is_ok()) << "round " << k << ": " << st.message();
+      if (k > 0) ASSERT_TRUE(pipe->collect(got.emplace_back()).is_ok());
+      prev = r.ids;
+    }
+    ASSERT_TRUE(pipe->collect(got.emplace_back()).is_ok());
+    for (int k = 0; k < kSteps; ++k) EXPECT_EQ(got[k], rounds[k].picks) << "round " << k << (q8x ? " int8" : " exact");
+  }
+}
+
 TEST(CudaModel, UnsupportedWeightTypeIsRefused) {
   BRASS_REQUIRE_CUDA();
   TinySpec s;

@@ -45,6 +45,21 @@ class FakeDevice final : public backend::Backend {
     ++downloads;
     std::memcpy(dst, src, n);
   }
+  // As a device would: the bytes (taken now: the ops before it are done on the host) reach
+  // dst only at await(), so a caller that reads dst early sees what was there before.
+  uint64_t download_async(void* dst, const void* src, size_t n) override {
+    ++downloads;
+    const auto* b = static_cast<const uint8_t*>(src);
+    deferred_.push_back({dst, std::vector<uint8_t>(b, b + n), ++tickets_});
+    return tickets_;
+  }
+  void await(uint64_t ticket) override {
+    for (Deferred& d : deferred_)
+      if (d.ticket != 0 && d.ticket <= ticket) {
+        std::memcpy(d.dst, d.bytes.data(), d.bytes.size());
+        d.ticket = 0;
+      }
+  }
 #define FWD(op, Args)                                   \
   void op(const backend::Args& a) override {            \
     if (in_) in_->op(a);                                \
@@ -67,6 +82,13 @@ class FakeDevice final : public backend::Backend {
 
  private:
   std::unique_ptr<backend::Backend> in_;
+  struct Deferred {
+    void* dst;
+    std::vector<uint8_t> bytes;
+    uint64_t ticket;
+  };
+  std::vector<Deferred> deferred_;
+  uint64_t tickets_ = 0;
 };
 
 }  // namespace brass::testing

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -170,6 +171,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     tc_.reset();  // before the stream goes
     cudaStreamSynchronize(st_);
+    for (PendingDownload& d : downloads_) {
+      cudaFreeHost(d.pinned);
+      cudaEventDestroy(d.done);
+    }
     for (void* p : weights_) cudaFree(p);
     for (void* p : pinned_) cudaFreeHost(p);
     cudaStreamDestroy(st_);
@@ -196,6 +201,37 @@ class CudaBackend final : public Backend {
     BRASS_CUDA_CHECK(cudaStreamSynchronize(st_));
   }
   void synchronize() override { BRASS_CUDA_CHECK(cudaStreamSynchronize(st_)); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st_));
+  }
+  // Into a pinned staging slot (a copy to pageable memory would wait for the stream), then
+  // to host_dst in await().
+  uint64_t download_async(void* host_dst, const void* src, size_t bytes) override {
+    PendingDownload* slot = nullptr;
+    for (PendingDownload& d : downloads_)
+      if (d.ticket == 0 && d.cap >= bytes) slot = &d;
+    if (!slot) {
+      downloads_.emplace_back();
+      slot = &downloads_.back();
+      slot->cap = std::max<size_t>(bytes, 4096);
+      BRASS_CUDA_CHECK(cudaHostAlloc(&slot->pinned, slot->cap, cudaHostAllocDefault));
+      BRASS_CUDA_CHECK(cudaEventCreateWithFlags(&slot->done, cudaEventDisableTiming));
+    }
+    if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(slot->pinned, src, bytes, cudaMemcpyDeviceToHost, st_));
+    BRASS_CUDA_CHECK(cudaEventRecord(slot->done, st_));
+    slot->dst = host_dst;
+    slot->bytes = bytes;
+    slot->ticket = ++download_tickets_;
+    return slot->ticket;
+  }
+  void await(uint64_t ticket) override {
+    for (PendingDownload& d : downloads_) {
+      if (d.ticket == 0 || d.ticket > ticket) continue;
+      BRASS_CUDA_CHECK(cudaEventSynchronize(d.done));
+      std::memcpy(d.dst, d.pinned, d.bytes);
+      d.ticket = 0;
+    }
+  }
   MemoryInfo memory_info() const override {
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
@@ -576,6 +612,15 @@ class CudaBackend final : public Backend {
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
+  struct PendingDownload {  // download_async's staging slot (ticket 0: free)
+    void* pinned = nullptr;
+    size_t cap = 0, bytes = 0;
+    cudaEvent_t done = nullptr;
+    void* dst = nullptr;
+    uint64_t ticket = 0;
+  };
+  std::deque<PendingDownload> downloads_;  // (a deque: slots stay put as it grows)
+  uint64_t download_tickets_ = 0;
   GraphTables* recording_ = nullptr;  // the graph being captured (capture())
   GraphTables* updating_ = nullptr;   // the graph being updated (ops only rebuild tables)
   size_t update_next_ = 0;            // next table slot of updating_
