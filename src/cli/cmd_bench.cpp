@@ -373,8 +373,10 @@ Runner add_bench(CLI::App& app) {
     }
 
     // Batched decode: S sequences of a P-token prompt (one forward call, greedy picks),
-    // then G steps of one forward call with one greedy token per sequence. Each sequence
-    // is added with max_len P + G (device KV sized for that, not for n_ctx).
+    // then G rounds with one greedy token per sequence, pipelined (Model::submit: round
+    // N + 1 is issued with each sequence fed its round-N pick on the backend, then round N
+    // is collected). Each sequence is added with max_len P + G (device KV sized for that,
+    // not for n_ctx).
     const int64_t P = o->stream_prompt, G = o->stream_gen;
     auto stream_run = [&](int64_t S, int64_t steps, Row* r) -> Status {
       std::vector<std::vector<int32_t>> prompts(S);
@@ -393,12 +395,18 @@ Runner add_bench(CLI::App& app) {
       if (r && st) r->prefill_secs.push_back(now_s() - t0);
       for (int64_t i = 0; i < S && st; ++i) next[i] = out.token[i];
       t0 = now_s();
+      std::vector<int32_t> picks;
       for (int64_t step = 0; step < steps && st; ++step) {
         for (int64_t i = 0; i < S; ++i)
-          chunks[i] = {.seq_id = s0 + static_cast<int32_t>(i), .tokens = std::span(&next[i], 1),
-                       .pos0 = static_cast<int32_t>(P + step), .greedy = true};
-        st = m.forward(chunks, out);
-        for (int64_t i = 0; i < S && st; ++i) next[i] = out.token[i];
+          chunks[i] = {.seq_id = s0 + static_cast<int32_t>(i),
+                       .tokens = step == 0 ? std::span<const int32_t>(&next[i], 1) : std::span<const int32_t>(),
+                       .pos0 = static_cast<int32_t>(P + step), .greedy = true, .feed = step > 0};
+        st = m.submit(chunks);
+        if (st && step > 0) st = m.collect(picks);
+      }
+      while (m.in_flight() > 0) {
+        Status c = m.collect(picks);
+        if (st) st = c;
       }
       if (r && st) r->secs.push_back(now_s() - t0);
       for (int64_t i = 0; i < S; ++i) (void)m.remove_sequence(s0 + static_cast<int32_t>(i));
