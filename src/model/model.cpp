@@ -271,8 +271,7 @@ Status Model::submit(std::span<const SeqChunk> batch) {
   int64_t n_out = 0;
   BRASS_TRY(issue_round(steps, feeds, n_out));
   Timer timer;
-  bool any = false;
-  BRASS_TRY(issue_picks(steps, n_out, any));
+  BRASS_TRY(issue_picks(steps, n_out).status());  // (every chunk is greedy or sampled)
   // Each chunk has one output row, in batch order: pick row c is chunk c's.
   p.ticket = be_->download_async(p.picks.data(), picks_->data(), batch.size() * sizeof(int32_t));
   pick_rows_.clear();
@@ -348,11 +347,10 @@ Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> fee
   return Status::ok();
 }
 
-Status Model::issue_picks(std::span<const Step> steps, int64_t n_out, bool& any) {
+Result<bool> Model::issue_picks(std::span<const Step> steps, int64_t n_out) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
   const float* lg = logits_->as<float>();  // (n_out, n_vocab)
-  any = true;
   // Sampled rows: one sample op over every output row, per-row parameters from backend
   // memory (greedy and logits-only rows get temperature 0: an argmax nobody reads).
   if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.sample != nullptr; })) {
@@ -374,9 +372,9 @@ Status Model::issue_picks(std::span<const Step> steps, int64_t n_out, bool& any)
   } else if (std::any_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst != nullptr; })) {
     be.argmax({.x = lg, .out = picks_->as<int32_t>(), .n_rows = n_out, .n = c.n_vocab});
   } else {
-    any = false;
+    return false;
   }
-  return Status::ok();
+  return true;
 }
 
 Status Model::forward_round(std::span<const Step> steps) {
@@ -388,8 +386,7 @@ Status Model::forward_round(std::span<const Step> steps) {
   if (n_out > 0) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
     // Greedy / sampled rows: only the picks come back.
-    bool any = false;
-    BRASS_TRY(issue_picks(steps, n_out, any));
+    BRASS_ASSIGN_OR_RETURN(const bool any, issue_picks(steps, n_out));
     std::vector<int32_t> picks;
     if (any) {
       picks.resize(n_out);

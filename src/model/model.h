@@ -164,9 +164,9 @@ class Model {
     int64_t row, pick;
   };
   Status issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out);
-  // The round's picks into picks_ (argmax, or the sample op when a step samples): false when
-  // no step wants one.
-  Status issue_picks(std::span<const Step> steps, int64_t n_out, bool& any);
+  // The round's picks into picks_ (argmax, or the sample op when a step samples); false
+  // (nothing issued) when no step wants one.
+  Result<bool> issue_picks(std::span<const Step> steps, int64_t n_out);
   Status ensure_scratch(int64_t n_tok, int64_t n_out);
   Status prepare_weights();
   // Issue the ops of one round (no host sync): layers, then for n_out > 0 the output rows
