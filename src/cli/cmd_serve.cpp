@@ -28,6 +28,9 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--host", o->host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o->port, "port (0: any free port, printed)")->capture_default_str();
   app.add_option("--parallel", o->parallel, "sequences generated at once (continuous batching)")->capture_default_str();
+  app.add_flag("!--no-pipeline", o->pipeline,
+               "one forward step at a time (default: decode steps are issued before the previous step's tokens "
+               "are back)");
   app.add_option("-c,--ctx", o->n_ctx, "context size per sequence (prompt + completion)")->capture_default_str();
   app.add_option("--kv-tokens", *kv_tokens,
                  "positions the KV block pool holds across all sequences (0: automatic; full pool: requests wait "

@@ -210,6 +210,21 @@ class Engine::Impl {
   // A preempted sequence back into the running batch (false: no room yet).
   bool resume_sequence();
   void step();
+  // ---- pipelined decode (EngineOptions::pipeline) ----
+  // A step whose chunks are all one decode token picked on the backend.
+  bool pipelinable(const std::vector<model::SeqChunk>& batch) const;
+  // With a round in flight (`ahead`): issue the next round of the same sequences, fed from
+  // its picks, then collect it. false (nothing issued): a sequence left, joined, stops
+  // picking on the backend, may end by length, or the KV pool cannot grow them.
+  bool submit_ahead();
+  // Collect the round in flight and take its picks.
+  void drain();
+  // A collected round's picks (one per sequence of `orders`) as a step's output; `next`:
+  // the sequences of the round issued after it.
+  void take_picks(const std::vector<uint64_t>& orders, const std::vector<int32_t>& picks,
+                  const std::vector<uint64_t>* next);
+  Seq* find_running(uint64_t order);
+  void count_step(size_t n_seqs, int64_t n_tok, bool pipelined);
   // ---- the KV block pool ----
   // Blocks the running sequences still need to hold every known token + 1.
   int64_t pending_blocks() const;
@@ -238,6 +253,9 @@ class Engine::Impl {
   std::vector<std::unique_ptr<Seq>> running;         // admission order = priority
   std::deque<std::unique_ptr<Seq>> preempted;        // KV freed, to recompute; by admission order
   std::deque<std::shared_ptr<ReqState>> admitting;   // requests with completions still to admit
+  // The sequences (Seq::order, in chunk order) of the submitted round whose picks are not
+  // back yet (pipelined decode). Their `computed` does not count its position yet.
+  std::optional<std::vector<uint64_t>> ahead;
   uint64_t next_order = 0;
   PrefixCache cache;
   std::set<int32_t> live;  // every sequence the engine holds in the model (running + cached)
@@ -321,13 +339,13 @@ void Engine::Impl::run() {
     std::vector<std::function<void()>> cmds;
     {
       std::unique_lock lk(shared->mu);
-      if (running.empty() && preempted.empty() && admitting.empty() && waiting.empty()) {
+      if (running.empty() && preempted.empty() && admitting.empty() && waiting.empty() && !ahead) {
         idle = true;
         idle_cv.notify_all();
       }
       shared->cv.wait(lk, [&] {
         return stop || shared->wake || !commands.empty() || !running.empty() || !preempted.empty() ||
-               !admitting.empty() || !waiting.empty();
+               !admitting.empty() || !waiting.empty() || ahead;
       });
       shared->wake = false;
       if (stop) break;
@@ -337,10 +355,11 @@ void Engine::Impl::run() {
     for (auto& c : cmds) c();
     process_cancellations();
     admit();
-    if (!running.empty()) step();
+    if (!running.empty() || ahead) step();
     retire_done_sequences();
     update_running_metrics();
   }
+  if (ahead) drain();
   // Shutdown: everything still waiting or running is cancelled.
   std::deque<std::shared_ptr<ReqState>> rest;
   {
@@ -579,6 +598,11 @@ bool Engine::Impl::start_sequence(const std::shared_ptr<ReqState>& r, int32_t in
 }
 
 void Engine::Impl::step() {
+  if (ahead) {
+    if (submit_ahead()) return;
+    drain();
+    if (running.empty()) return;
+  }
   model::KvCache& kv = model->kv_cache();
   StepPlan sp;
   for (;;) {
@@ -634,15 +658,19 @@ void Engine::Impl::step() {
     }
     n_tok += c.n_tokens;
   }
-  Status st = model->forward(batch, out);
-  {
-    std::lock_guard ml(metrics_mu);
-    ++metrics.steps_total;
-    metrics.step_tokens_total += static_cast<uint64_t>(n_tok);
-    metrics.seqs_per_step.observe(static_cast<double>(plan.size()));
-    metrics.last_step_seqs = static_cast<int64_t>(plan.size());
-    metrics.max_step_seqs = std::max<int64_t>(metrics.max_step_seqs, metrics.last_step_seqs);
+  if (opt.pipeline && pipelinable(batch)) {
+    Status sub = model->submit(batch);
+    if (sub) {
+      std::vector<uint64_t> orders;
+      for (const SchedChunk& c : plan) orders.push_back(running[c.index]->order);
+      ahead = std::move(orders);
+      count_step(plan.size(), n_tok, false);
+      return;
+    }
+    BRASS_LOG_WARN("engine: submit failed ({}): one forward step instead", sub.message());
   }
+  Status st = model->forward(batch, out);
+  count_step(plan.size(), n_tok, false);
   if (!st) {
     BRASS_LOG_WARN("engine: forward failed: {}", st.message());
     for (const SchedChunk& c : plan) finish(*running[c.index], FinishReason::kError, -1, st.message());
@@ -667,6 +695,108 @@ void Engine::Impl::step() {
       }
     }
     if (plan[i].completes && !s.req->cancelled) sample(s, out.token[i] >= 0 ? nullptr : out.row(i), out.token[i]);
+  }
+}
+
+void Engine::Impl::count_step(size_t n_seqs, int64_t n_tok, bool pipelined) {
+  std::lock_guard ml(metrics_mu);
+  ++metrics.steps_total;
+  if (pipelined) ++metrics.pipelined_steps_total;
+  metrics.step_tokens_total += static_cast<uint64_t>(n_tok);
+  metrics.seqs_per_step.observe(static_cast<double>(n_seqs));
+  metrics.last_step_seqs = static_cast<int64_t>(n_seqs);
+  metrics.max_step_seqs = std::max<int64_t>(metrics.max_step_seqs, metrics.last_step_seqs);
+}
+
+bool Engine::Impl::pipelinable(const std::vector<model::SeqChunk>& batch) const {
+  for (const model::SeqChunk& c : batch)
+    if (c.tokens.size() != 1 || c.all_logits || !(c.greedy || c.sample)) return false;
+  return !batch.empty();
+}
+
+Seq* Engine::Impl::find_running(uint64_t order) {
+  for (auto& s : running)
+    if (s && s->order == order) return s.get();
+  return nullptr;
+}
+
+bool Engine::Impl::submit_ahead() {
+  const std::vector<uint64_t>& orders = *ahead;
+  size_t live_n = 0;
+  for (const auto& s : running)
+    if (s && !s->done) ++live_n;
+  if (live_n != orders.size() || static_cast<int64_t>(orders.size()) > opt.step_tokens) return false;
+  model::KvCache& kv = model->kv_cache();
+  std::vector<Seq*> seqs;
+  int64_t grow = 0;
+  for (uint64_t o : orders) {
+    Seq* s = find_running(o);
+    if (!s || s->done || s->req->cancelled || !(device_greedy(*s) || device_sample(*s))) return false;
+    // The round in flight gives token n_generated + 1 at position computed; this one
+    // n_generated + 2 at computed + 1: neither may end the sequence by length (a stop
+    // token is the only way one ends with this round in flight).
+    const int64_t max_tokens = s->req->req.max_tokens;
+    if ((max_tokens > 0 && s->n_generated + 2 > max_tokens) || static_cast<int64_t>(s->tokens.size()) + 2 > n_ctx)
+      return false;
+    grow += kv.blocks_to_grow(s->seq_id, s->computed + 2);
+    seqs.push_back(s);
+  }
+  if (grow > kv.free_blocks()) return false;
+  std::vector<model::SeqChunk> batch;
+  std::vector<backend::SampleParams> draws(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq& s = *seqs[i];
+    batch.push_back({.seq_id = s.seq_id, .pos0 = static_cast<int32_t>(s.computed + 1), .greedy = device_greedy(s),
+                     .feed = true});
+    if (device_sample(s)) {
+      draws[i] = s.sampler.draw_params();
+      ++draws[i].counter;  // the round in flight made draw number `counter`
+      batch.back().sample = &draws[i];
+    }
+  }
+  if (Status st = model->submit(batch); !st) {
+    BRASS_LOG_WARN("engine: pipelined submit failed: {}", st.message());
+    return false;
+  }
+  count_step(seqs.size(), static_cast<int64_t>(seqs.size()), true);
+  const std::vector<uint64_t> prev = std::move(*ahead);
+  ahead = prev;  // the new round: the same sequences, in the same order
+  std::vector<int32_t> picks;
+  if (Status st = model->collect(picks); !st) {
+    BRASS_LOG_WARN("engine: collect failed: {}", st.message());
+    for (uint64_t o : prev)
+      if (Seq* s = find_running(o)) finish(*s, FinishReason::kError, -1, st.message());
+    return true;
+  }
+  take_picks(prev, picks, &*ahead);
+  update_kv_metrics();
+  return true;
+}
+
+void Engine::Impl::drain() {
+  const std::vector<uint64_t> prev = std::move(*ahead);
+  ahead.reset();
+  std::vector<int32_t> picks;
+  if (Status st = model->collect(picks); !st) {
+    BRASS_LOG_WARN("engine: collect failed: {}", st.message());
+    for (uint64_t o : prev)
+      if (Seq* s = find_running(o)) finish(*s, FinishReason::kError, -1, st.message());
+    return;
+  }
+  take_picks(prev, picks, nullptr);
+  update_kv_metrics();
+}
+
+void Engine::Impl::take_picks(const std::vector<uint64_t>& orders, const std::vector<int32_t>& picks,
+                              const std::vector<uint64_t>* next) {
+  for (size_t i = 0; i < orders.size() && i < picks.size(); ++i) {
+    Seq* s = find_running(orders[i]);
+    if (!s || s->done) continue;  // finished or cancelled since: the pick is dropped
+    ++s->computed;
+    if (!s->req->cancelled) sample(*s, nullptr, picks[i]);
+    // Stopped here with the next round in flight: that round computes its stop token's
+    // position, so the model sequence is one longer (and holds exactly tokens[0, computed)).
+    if (s->done && next && std::find(next->begin(), next->end(), orders[i]) != next->end()) ++s->computed;
   }
 }
 

@@ -75,6 +75,12 @@ struct EngineOptions {
   int64_t step_tokens = 512;     // token budget of one forward step (decode + prefill chunks)
   int32_t prefix_cache_seqs = 8; // finished sequences kept for prefix reuse (0: reuse off)
   int64_t prefix_cache_bytes = int64_t{4} << 30;  // KV bytes the kept sequences may hold
+  // Decode steps whose every sequence picks on the backend (greedy or a plain draw) are
+  // pipelined (Model::submit / collect): step N + 1 is issued, fed from step N's picks on
+  // the backend, before step N's tokens come back, so the backend does not idle while the
+  // host handles them. A sequence that stops at N has one extra position computed (its
+  // stop token's) and that pick dropped. false: one forward() a step.
+  bool pipeline = true;
 };
 
 // Per-completion logit constraint (constrained decoding: JSON schema, grammar, tool

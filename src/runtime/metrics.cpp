@@ -76,6 +76,8 @@ std::string render_prometheus(const MetricsSnapshot& m, std::string_view prefix)
   w.hist("time_to_first_token_seconds", "Time from submit to the first generated token.", m.ttft_seconds);
   w.hist("inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", m.inter_token_seconds);
   w.scalar("steps_total", "counter", "Forward steps run by the scheduler.", m.steps_total);
+  w.scalar("pipelined_steps_total", "counter",
+           "Decode steps issued before the previous step's tokens came back (pipelined).", m.pipelined_steps_total);
   w.scalar("step_tokens_total", "counter", "Tokens computed by all forward steps.", m.step_tokens_total);
   w.hist("sequences_per_step", "Sequences batched into one forward step (continuous batching).", m.seqs_per_step);
   w.scalar("sequences_last_step", "gauge", "Sequences in the last forward step.", m.last_step_seqs);

@@ -47,6 +47,7 @@ struct MetricsSnapshot {
   Histogram inter_token_seconds{inter_token_buckets_seconds()};
   // Batching
   uint64_t steps_total = 0;
+  uint64_t pipelined_steps_total = 0;  // steps issued before the previous step's tokens were back
   Histogram seqs_per_step{seqs_per_step_buckets()};
   int64_t last_step_seqs = 0, max_step_seqs = 0;
   uint64_t step_tokens_total = 0;

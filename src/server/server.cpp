@@ -84,6 +84,7 @@ void Server::Impl::load() {
   if (opt.progress) progress_bar(3, n_steps, "engine + token table", timer.seconds());
   runtime::EngineOptions eo;
   eo.parallel = opt.parallel;
+  eo.pipeline = opt.pipeline;
   eo.n_ctx = opt.n_ctx;
   eo.max_queue = opt.max_queue;
   auto eng = runtime::Engine::create(std::move(*mdl), eo);

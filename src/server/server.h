@@ -34,6 +34,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                // 0: any free port (see Server::port)
   int32_t parallel = 4;           // concurrent sequences in the engine
+  bool pipeline = true;           // pipelined decode steps (EngineOptions::pipeline)
   int64_t n_ctx = 4096;           // per-sequence context
   int32_t max_queue = 64;         // waiting requests before 503
   int threads = 0;                // model CPU threads (0: default)
