@@ -219,6 +219,9 @@ class Engine::Impl {
   bool submit_ahead();
   // Collect the round in flight and take its picks.
   void drain();
+  // Collect the oldest round in flight (of `orders`) and take its picks (a failure ends
+  // its sequences with an error).
+  void collect_round(const std::vector<uint64_t>& orders, const std::vector<uint64_t>* next);
   // A collected round's picks (one per sequence of `orders`) as a step's output; `next`:
   // the sequences of the round issued after it.
   void take_picks(const std::vector<uint64_t>& orders, const std::vector<int32_t>& picks,
@@ -759,31 +762,26 @@ bool Engine::Impl::submit_ahead() {
     return false;
   }
   count_step(seqs.size(), static_cast<int64_t>(seqs.size()), true);
-  const std::vector<uint64_t> prev = std::move(*ahead);
-  ahead = prev;  // the new round: the same sequences, in the same order
-  std::vector<int32_t> picks;
-  if (Status st = model->collect(picks); !st) {
-    BRASS_LOG_WARN("engine: collect failed: {}", st.message());
-    for (uint64_t o : prev)
-      if (Seq* s = find_running(o)) finish(*s, FinishReason::kError, -1, st.message());
-    return true;
-  }
-  take_picks(prev, picks, &*ahead);
-  update_kv_metrics();
+  // The new round in flight has the same sequences in the same order.
+  collect_round(*ahead, &*ahead);
   return true;
 }
 
 void Engine::Impl::drain() {
   const std::vector<uint64_t> prev = std::move(*ahead);
   ahead.reset();
+  collect_round(prev, nullptr);
+}
+
+void Engine::Impl::collect_round(const std::vector<uint64_t>& orders, const std::vector<uint64_t>* next) {
   std::vector<int32_t> picks;
   if (Status st = model->collect(picks); !st) {
     BRASS_LOG_WARN("engine: collect failed: {}", st.message());
-    for (uint64_t o : prev)
+    for (uint64_t o : orders)
       if (Seq* s = find_running(o)) finish(*s, FinishReason::kError, -1, st.message());
     return;
   }
-  take_picks(prev, picks, nullptr);
+  take_picks(orders, picks, next);
   update_kv_metrics();
 }
 
