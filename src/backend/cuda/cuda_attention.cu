@@ -958,23 +958,30 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
-struct KvRowDev {  // one token of a multi-sequence kv_store
-  const float* k;
-  const float* v;
+// Where one token's K / V rows go (the batched tables below): its sequence's caches and
+// its position (read from pos[0] on the device when set, else pos0).
+struct KvDestDev {
   void* kc;
   void* vc;
   const int32_t* pos;  // or null: pos0
   KvAddr kv;
   int32_t pos0;
+  __device__ int32_t position() const { return pos ? pos[0] : pos0; }
+};
+KvDestDev kv_dest(const SeqP& s, const int32_t* pos) { return KvDestDev{s.k, s.v, pos, kv_addr(s), s.pos0}; }
+
+struct KvRowDev {  // one token of a multi-sequence kv_store
+  const float* k;
+  const float* v;
+  KvDestDev dst;
 };
 
 template <class KV>
 __global__ void kv_store_multi_kernel(const KvRowDev* __restrict__ table, int64_t row) {
   const KvRowDev r = table[blockIdx.x];
-  const int32_t pp = r.pos ? r.pos[0] : r.pos0;
-  const int64_t slot = r.kv.row(pp);
-  KV* kc = static_cast<KV*>(r.kc);
-  KV* vc = static_cast<KV*>(r.vc);
+  const int64_t slot = r.dst.kv.row(r.dst.position());
+  KV* kc = static_cast<KV*>(r.dst.kc);
+  KV* vc = static_cast<KV*>(r.dst.vc);
   for (int64_t e = threadIdx.x; e < row; e += blockDim.x) {
     store_kv(kc + slot * row + e, r.k[e]);
     store_kv(vc + slot * row + e, r.v[e]);
@@ -987,11 +994,7 @@ struct RopeRowDev {
   float* q;
   float* k;
   const float* v;
-  void* kc;
-  void* vc;
-  const int32_t* pos;  // or null: pos0
-  KvAddr kv;
-  int32_t pos0;
+  KvDestDev dst;
 };
 
 // grid (n_tok, q head groups + k head groups of hpb heads): block (t, y) rotates its
@@ -1006,7 +1009,7 @@ __global__ void rope_store_multi_kernel(const RopeRowDev* __restrict__ table, co
   extern __shared__ float cs[];  // [half] cos * mscale, [half] sin * mscale
   const RopeRowDev r = table[blockIdx.x];
   const int half = head_dim / 2;
-  const int32_t pp = r.pos ? r.pos[0] : r.pos0;
+  const int32_t pp = r.dst.position();
   for (int j = threadIdx.x; j < half; j += blockDim.x) rope_cs(pp, inv_freq[j], mscale, cs[j], cs[half + j]);
   __syncthreads();
   const int qgroups = (n_head + hpb - 1) / hpb;
@@ -1015,7 +1018,7 @@ __global__ void rope_store_multi_kernel(const RopeRowDev* __restrict__ table, co
   const int nh = min(hpb, (is_k ? n_head_kv : n_head) - h0);
   float* xt = (is_k ? r.k : r.q) + static_cast<int64_t>(h0) * head_dim;
   const int64_t row = static_cast<int64_t>(n_head_kv) * head_dim;
-  const int64_t at = r.kv.row(pp) * row + static_cast<int64_t>(h0) * head_dim;  // (k groups) cache offset
+  const int64_t at = r.dst.kv.row(pp) * row + static_cast<int64_t>(h0) * head_dim;  // (k groups) cache offset
   for (int i = threadIdx.x; i < nh * half; i += blockDim.x) {
     const int j = i % half, o = (i / half) * head_dim + j;
     float x0 = xt[o], x1 = xt[o + half];
@@ -1023,8 +1026,8 @@ __global__ void rope_store_multi_kernel(const RopeRowDev* __restrict__ table, co
     xt[o] = x0;
     xt[o + half] = x1;
     if (is_k) {
-      KV* kc = static_cast<KV*>(r.kc) + at;
-      KV* vc = static_cast<KV*>(r.vc) + at;
+      KV* kc = static_cast<KV*>(r.dst.kc) + at;
+      KV* vc = static_cast<KV*>(r.dst.vc) + at;
       const float* v = r.v + static_cast<int64_t>(h0) * head_dim;
       store_kv(kc + o, x0);
       store_kv(kc + o + half, x1);
@@ -1291,8 +1294,7 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
   std::vector<KvRowDev> t(a.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     const SeqP& s = a.seqs[i];
-    t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos ? a.pos + s.tok0 : nullptr, kv_addr(s),
-                    s.pos0};
+    t[i] = KvRowDev{a.k + s.tok0 * row, a.v + s.tok0 * row, kv_dest(s, a.pos ? a.pos + s.tok0 : nullptr)};
   }
   const unsigned grid = static_cast<unsigned>(t.size());
   const void* table = put.put(t.data(), t.size() * sizeof(KvRowDev), (uint64_t{1} << 40) | grid);
@@ -1311,8 +1313,7 @@ bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st
   std::vector<RopeRowDev> t(a.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     const SeqP& s = a.seqs[i];
-    t[i] = RopeRowDev{a.q + s.tok0 * qrow, a.k + s.tok0 * row, a.v + s.tok0 * row, s.k, s.v, a.pos + s.tok0,
-                      kv_addr(s), s.pos0};
+    t[i] = RopeRowDev{a.q + s.tok0 * qrow, a.k + s.tok0 * row, a.v + s.tok0 * row, kv_dest(s, a.pos + s.tok0)};
   }
   const int half = static_cast<int>(a.head_dim / 2), hpb = std::max(1, 256 / half);
   const int groups = static_cast<int>((a.n_head + hpb - 1) / hpb + (a.n_head_kv + hpb - 1) / hpb);
