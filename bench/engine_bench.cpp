@@ -5,7 +5,7 @@
 //
 // Per row: S requests of a --prompt-token random prompt, greedy with only the pick coming
 // back (as a chat request without logprobs), --gen tokens each, submitted at once. The
-// prompts are prefilled over the first steps (--step-tokens a step, mixed with decode),
+// prompts are prefilled over the first steps (max(512, S) tokens a step, mixed with decode),
 // so the clock starts when the last completion has its first token (every sequence then
 // decodes) and stops at the last token; tokens are timed as the engine thread emits them
 // (Request::on_event). Aggregate tok/s = tokens in that window / its seconds. The
@@ -16,12 +16,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "cli/load_model.h"
 #include "gguf/reader.h"
 #include "model/model.h"
@@ -31,18 +32,6 @@ using namespace brass;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  size_t at = 0;
-  while (at < s.size()) {
-    const size_t comma = s.find(',', at);
-    v.push_back(std::atoll(s.substr(at, comma - at).c_str()));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return v;
-}
 
 struct Row {
   double tps = 0;
@@ -134,13 +123,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: engine_bench -m FILE [--device cpu|cuda|auto] [--streams 1,8,32] [--prompt N] [--gen N]\n");
     return 2;
   }
+  auto streams = cli::parse_list("--streams", streams_s, 1, 4096);
+  if (!streams.is_ok()) { std::fprintf(stderr, "%s\n", streams.status().message().c_str()); return 2; }
   auto dev = cli::parse_device(device);
   if (!dev.is_ok()) { std::fprintf(stderr, "%s\n", dev.status().message().c_str()); return 2; }
   auto resolved = cli::resolve_device(dev.value());
   if (!resolved.is_ok()) { std::fprintf(stderr, "%s\n", resolved.status().message().c_str()); return 2; }
   std::printf("%-8s %12s %12s %8s %10s %10s\n", "streams", "pipelined", "one-a-step", "gain", "pipe-steps", "differ");
-  for (int64_t s : parse_list(streams_s)) {
-    if (s < 1) continue;
+  for (int64_t s : streams.value()) {
     auto on = run_row(path, resolved.value(), true, s, n_prompt, n_gen, 7);
     auto off = run_row(path, resolved.value(), false, s, n_prompt, n_gen, 7);
     if (!on.is_ok() || !off.is_ok()) {

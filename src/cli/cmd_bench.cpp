@@ -69,11 +69,6 @@
 
 namespace brass::cli {
 
-namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// "512,2048" -> {512, 2048}; every entry an integer in [lo, hi].
 Result<std::vector<int64_t>> parse_list(const std::string& flag, const std::string& s, int64_t lo, int64_t hi) {
   std::vector<int64_t> v;
   std::string t = s;
@@ -92,6 +87,10 @@ Result<std::vector<int64_t>> parse_list(const std::string& flag, const std::stri
   if (v.empty()) return Status::errorf("{}: no values given (expected a comma-separated list, e.g. 0,4096)", flag);
   return v;
 }
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // ---- the floor probes ----
 

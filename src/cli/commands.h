@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +27,10 @@ Runner add_detokenize(CLI::App& app);
 Runner add_render(CLI::App& app);  // cmd_render.cpp
 Runner add_serve(CLI::App& app);   // cmd_serve.cpp: the OpenAI-compatible HTTP server
 Runner add_bench(CLI::App& app);   // cmd_bench.cpp: llama-bench style prefill / decode speed
+
+// A comma-separated list option ("512,2048" -> {512, 2048}): every entry an integer in
+// [lo, hi], at least one; errors name `flag` (cmd_bench.cpp; bench/engine_bench too).
+Result<std::vector<int64_t>> parse_list(const std::string& flag, const std::string& s, int64_t lo, int64_t hi);
 
 // `brass run --chat` (cmd_chat.cpp); cmd_run.cpp parses the options.
 struct ChatOptions {
