@@ -104,7 +104,10 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
 // against the same rounded twin: the attention shapes at batched-decode sizes, odd token
 // counts, a pass of 8..64 tokens, two passes, small K (448, 64); a repeated call gives the
 // same bits (the split's tickets are reset, its partials summed in a fixed order). The
-// last five have >= 16 32-row tiles an SM (on a 132-SM GPU: the output head's form, the
+// small matrices take 256-row blocks split over K in thread-block clusters
+// (cuda_matmul_mma.cu's plan: 2880 x 4096 at 64 tokens 8 ways, wo's 90 row tiles with 6
+// idle warps in the last block, 352 columns in 3 splits whose last ends in a 32-column
+// chunk). The last five have >= 16 32-row tiles an SM (on a 132-SM GPU: the output head's form, the
 // 256-row-block kernel): K a multiple of its 64-column chunks or not (96, 160: a last
 // chunk of 32), one chunk (64), an odd number of chunks (448, 160), rows not a multiple
 // of 256 (35200, 72224: the last block's 4 / 7 idle warps), 8 / 16 / 32 tokens a pass,
@@ -122,7 +125,7 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   struct Case { int64_t n_in, n_out, n_tok; };
   for (const Case& c : {Case{2880, 4096, 64}, Case{4096, 2880, 33}, Case{2880, 512, 16}, Case{96, 64, 9},
                         Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64},
-                        Case{448, 192, 17}, Case{64, 128, 3}, Case{96, 70400, 32}, Case{448, 69632, 17},
+                        Case{448, 192, 17}, Case{64, 128, 3}, Case{352, 96, 24}, Case{96, 70400, 32}, Case{448, 69632, 17},
                         Case{64, 35200, 64}, Case{160, 68608, 5}, Case{128, 72224, 12}}) {
     SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);

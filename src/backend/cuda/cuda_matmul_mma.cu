@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <span>
 
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace brass::backend::cuda {
@@ -55,7 +57,6 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(Part
                                                                 float* part, unsigned* tickets) {
   constexpr int NA = 2 * NT * 4, KS = ks_dense<NT>();
   __shared__ float red[(KS - 1) * NA][kWarp];
-  __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
   const Parts::One m = ps.at(static_cast<int>(blockIdx.y));
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(ks_dense<NT>() * kWarp) matmul_mma_kernel(Part
   const int p0 = static_cast<int>(blockIdx.z) * steps / ksplit, p1 = (static_cast<int>(blockIdx.z) + 1) * steps / ksplit;
   float acc[1][2][NT][4] = {};
   k_loop<TYPE, 1, NT, KS>(wq, wsc, r0, n, cols, acc, p0, p1);
-  if (!finish_split_tile<NA, KS>(&acc[0][0][0][0], red, part, tickets, &ticket)) return;
+  if (!finish_split_tile<NA, KS>(&acc[0][0][0][0], red, part, tickets)) return;
   write_tile<NT>(acc[0], m.y, w.rows, m.bias, r0, base, n_tok);
 }
 
@@ -116,7 +117,6 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts 
                                                                           int n_tok, float* part, unsigned* tickets) {
   constexpr int NA = 2 * NT * 4, KS = ks_h16<NT>();
   __shared__ float red[(KS - 1) * NA][kWarp];
-  __shared__ unsigned ticket;
   pdl_wait();
   pdl_trigger();
   const Parts::One m = ps.at(static_cast<int>(blockIdx.y));
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts 
       }
     }
   }
-  if (!finish_split_tile<NA, KS>(&acc[0][0][0], red, part, tickets, &ticket)) return;
+  if (!finish_split_tile<NA, KS>(&acc[0][0][0], red, part, tickets)) return;
   write_tile<NT>(acc, m.y, w.rows, m.bias, r0, base, n_tok);
 }
 
@@ -204,34 +204,47 @@ struct WideW {
   __half d[4];
 };
 
-// grid (ceil(n_tok / (8 NT)), ceil(row tiles / 8)): block (x, y) computes row tiles
-// [8 y, 8 y + 8) (warp w: tile 8 y + w, of whichever of ps's matrices holds it) for tokens
-// [8 NT x, 8 NT (x + 1)) over the whole K. xh: (n_tok, n) f16 activations.
+// grid (ceil(n_tok / (8 NT)), ceil(row tiles / 8), ksplit): block (x, y, z) computes row
+// tiles [8 y, 8 y + 8) (warp w: tile 8 y + w, of whichever of ps's matrices holds it) for
+// tokens [8 NT x, 8 NT (x + 1)) over the z-th of ksplit ranges of chunks. xh: (n_tok, n)
+// f16 activations.
+// Why a K split here too: q / k / v (160 row tiles: 20 blocks) and wo (90: 12) fill a
+// fraction of the SMs; split up to 8 ways they fill ~1..2 blocks an SM, and each block's
+// first two chunks of weights are in flight before the previous kernel ends. The ksplit
+// blocks of a row block form a thread-block cluster (1, 1, ksplit): each leaves its
+// partial sums in its shared memory, and after a cluster barrier block z adds its share of
+// the elements over the ksplit blocks' memories in split order (deterministic) and writes
+// y. (A ticket per tile with the last block summing the partials from L2 waited on ksplit
+// dependent L2 round trips: the kernel was slower than matmul_h16_kernel.)
 template <int NT>
 __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(Parts ps,
                                                                                 const __half* __restrict__ xh,
                                                                                 int n_tok) {
+  constexpr int NA = 2 * NT * 4;
   __shared__ __align__(16) __half xs[kWideStages][8 * NT][kWideRow];  // (stage, token, chunk column + pad)
+  __shared__ float red[kWideWarps][NA][kWarp];                         // a K split's partial sums (warp, acc, lane)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int tile = static_cast<int>(blockIdx.y) * kWideWarps + warp;
   const bool live = tile < ps.end[2];
   const Parts::One m = ps.at(live ? tile : 0);
   const int n = static_cast<int>(ps.w[0].n_in), nb = n / 32, nch = (n + kWideChunk - 1) / kWideChunk;
+  const int ksplit = static_cast<int>(gridDim.z), z = static_cast<int>(blockIdx.z);
+  const int c0 = z * nch / ksplit, c1 = (z + 1) * nch / ksplit;  // this block's chunks
   const uint8_t* q = m.w.q + (m.r0 + g) * n + 16 * t;                                    // row g + 8 i: + 8 i n
   const __half* sc = reinterpret_cast<const __half*>(m.w.s) + (m.r0 + g) * nb + (t >> 1);  // + 8 i nb
-  // Chunk c's weights into b (zeros past the row's end or on a dead warp: chunk c >= nch,
-  // or the missing half of a last 32-column chunk). Whole chunks (a warp-uniform branch)
+  // Chunk c's weights into b (zeros past the block's range or on a dead warp: chunk c >=
+  // c1, or the missing half of a last 32-column chunk). Whole chunks (a warp-uniform branch)
   // load with no condition on a lane: nothing may read the registers (as a select after a
   // load would) before the chunk computes.
   auto load_w = [&](int c, WideW& b) {
-    if (live && 2 * c + 2 <= nb) {
+    if (live && c < c1 && 2 * c + 2 <= nb) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         b.q[i] = __ldg(reinterpret_cast<const uint4*>(q + (8 * i * n + kWideChunk * c)));
         b.d[i] = __ldg(sc + (8 * i * nb + 2 * c));
       }
     } else {
-      const bool ok = live && 2 * c + (t >> 1) < nb;
+      const bool ok = live && c < c1 && 2 * c + (t >> 1) < nb;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         b.q[i] = ok ? __ldg(reinterpret_cast<const uint4*>(q + (8 * i * n + kWideChunk * c))) : make_uint4(0, 0, 0, 0);
@@ -247,7 +260,7 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
   // Chunk c's activations into stage c % 3, then one commit (empty past the last chunk:
   // one group per chunk keeps cp_async_wait_group's count).
   auto load_x = [&](int c) {
-    if (copier && c < nch) {
+    if (copier && c < c1) {
       __half* dst = &xs[c % kWideStages][ct][8 * cpc];
       if (have_tok && kWideChunk * c + 8 * cpc < n)
         cp_async16(dst, xsrc + kWideChunk * c);
@@ -291,21 +304,52 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
   // Weights are static: the first two chunks' loads go out before the wait for the
   // previous kernel (the activations it writes are read only after it).
   WideW wa, wb;
-  load_w(0, wa);
-  load_w(1, wb);
+  load_w(c0, wa);
+  load_w(c0 + 1, wb);
   pdl_wait();
   pdl_trigger();
-  load_x(0);
-  load_x(1);
+  load_x(c0);
+  load_x(c0 + 1);
 #pragma unroll 1
-  for (int c = 0; c < nch; c += 2) {
+  for (int c = c0; c < c1; c += 2) {
     chunk(c, wa);
-    if (c + 1 < nch) chunk(c + 1, wb);  // uniform over the block: the barriers match
+    if (c + 1 < c1) chunk(c + 1, wb);  // uniform over the block: the barriers match
   }
-  if (live) {
-    const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
-    write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
+  if (ksplit == 1) {
+    if (live) {
+      const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
+      write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
+    }
+    return;
   }
+  const float* a = &acc[0][0][0];
+#pragma unroll
+  for (int i = 0; i < NA; ++i) red[warp][i][lane] = a[i];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's partials are in its shared memory
+  // Element e = (w, i, l) of the block's kWideWarps x NA x 32: block z sums [e0, e1).
+  constexpr int kElems = kWideWarps * NA * kWarp;
+  const int e0 = z * kElems / ksplit, e1 = (z + 1) * kElems / ksplit;
+  for (int e = e0 + static_cast<int>(threadIdx.x); e < e1; e += kWideWarps * kWarp) {
+    const int w = e / (NA * kWarp), i = e / kWarp % NA, l = e % kWarp;
+    const int wt = static_cast<int>(blockIdx.y) * kWideWarps + w;
+    if (wt >= ps.end[2]) continue;
+    float v[8];  // every block's partial in flight at once, then added in split order
+#pragma unroll
+    for (int r = 0; r < 8; ++r) v[r] = r < ksplit ? cluster.map_shared_rank(&red[0][0][0], r)[e] : 0.f;
+    float sum = v[0];
+#pragma unroll
+    for (int r = 1; r < 8; ++r)
+      if (r < ksplit) sum += v[r];
+    const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
+    const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
+    if (tc >= n_tok) continue;
+    const Parts::One o = ps.at(wt);
+    const int64_t r = o.r0 + c_row(l >> 2, mt, c);
+    o.y[static_cast<int64_t>(tc) * o.w.rows + r] = sum + (o.bias ? o.bias[r] : 0.f);
+  }
+  cluster.sync();  // no block leaves while another may read its shared memory
 }
 
 // One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
@@ -344,10 +388,18 @@ int blocks_per_sm() {
 }
 // BRASS_CUDA_MMA_WIDE=0: calls of many row tiles stay on matmul_h16_kernel.
 bool wide_enabled() {
-  static const bool v = [] {
-    const char* e = std::getenv("BRASS_CUDA_MMA_WIDE");
-    return !(e && e[0] == '0' && e[1] == '\0');
-  }();
+  static const bool v = knob_on("BRASS_CUDA_MMA_WIDE");
+  return v;
+}
+// BRASS_CUDA_MMA_WIDE_SPLIT=0: calls of few row tiles (q / k / v, wo) stay on
+// matmul_h16_kernel instead of the 256-row blocks split over K.
+bool wide_split_enabled() {
+  static const bool v = knob_on("BRASS_CUDA_MMA_WIDE_SPLIT");
+  return v;
+}
+// BRASS_CUDA_MMA_WIDE_BPS: the split's target blocks an SM (default 2).
+int wide_blocks_per_sm() {
+  static const int v = env_int("BRASS_CUDA_MMA_WIDE_BPS", 2);
   return v;
 }
 
@@ -364,7 +416,7 @@ struct Plan {
   bool h16, wide;
   int nt, ksplit;
   int64_t gx, gy;
-  int64_t part_floats() const { return ksplit > 1 ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
+  int64_t part_floats() const { return ksplit > 1 && !wide ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
 };
 
 Plan plan(std::span<const MatmulP> ms, bool h16) {
@@ -381,8 +433,19 @@ Plan plan(std::span<const MatmulP> ms, bool h16) {
   // 256 rows a block once the 32-row tiles number >= 16 an SM (the output head: 6,284 at
   // 32 tokens; q / k / v's 160 and wo's 90 keep their K-split 32-row blocks): the wide
   // blocks still fill the SMs, each reading the activations once for 8 tiles.
-  p.wide = p.h16 && p.nt <= 4 && wide_enabled() && p.gx * p.gy >= 16 * static_cast<int64_t>(sm_count());
-  p.ksplit = p.wide ? 1 : pick_ksplit(p.gx * p.gy, steps, ks);
+  // Fewer tiles (q / k / v, wo): the same 256-row blocks with K split towards
+  // wide_blocks_per_sm() blocks an SM, in clusters of at most 8 (the portable size), each
+  // block >= 2 chunks.
+  const int64_t sms = sm_count();
+  const bool many = p.gx * p.gy >= 16 * sms;
+  p.wide = p.h16 && p.nt <= 4 && wide_enabled() && (many || wide_split_enabled());
+  if (p.wide) {
+    const int64_t blocks = (p.gx + kWideWarps - 1) / kWideWarps * p.gy, want = wide_blocks_per_sm() * sms;
+    const int nch = static_cast<int>((a.w.n_in + kWideChunk - 1) / kWideChunk);
+    p.ksplit = many ? 1 : static_cast<int>(std::clamp<int64_t>(want / blocks, 1, std::clamp(nch / 2, 1, 8)));
+  } else {
+    p.ksplit = pick_ksplit(p.gx * p.gy, steps, ks);
+  }
   return p;
 }
 
@@ -419,10 +482,44 @@ void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh
 }
 
 // Grid y: ceil(tiles / 8) <= 8,192 (matmul_mma_supported: <= 65,535 tiles), within 65,535.
+// The largest K split <= ks whose clusters of `ks` blocks are all resident at once for
+// `clusters` of them (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40
+// clusters of 7 blocks took two waves on the H200 where 40 of 6 take one).
+template <int NT>
+int fit_ksplit(int64_t clusters, int ks) {
+  static int active[9] = {};  // per cluster size, queried once (the same on every call)
+  for (; ks > 1; --ks) {
+    if (active[ks] == 0) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1, 1, ks);
+      cfg.blockDim = dim3(kWideWarps * kWarp);
+      cudaLaunchAttribute at;
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim.x = 1;
+      at.val.clusterDim.y = 1;
+      at.val.clusterDim.z = ks;
+      cfg.attrs = &at;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, matmul_h16_wide_kernel<NT>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 1;  // unknown: take the smaller split
+      }
+      active[ks] = std::max(n, 1);
+    }
+    if (clusters <= active[ks]) break;
+  }
+  return ks;
+}
+
+// A K split launches as clusters of its ksplit blocks (grid z).
 template <int NT>
 void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps));
-  launch_pdl(matmul_h16_wide_kernel<NT>, grid, dim3(kWideWarps * kWarp), 0, st, ps, xh, static_cast<int>(n_tok));
+  const int64_t bx = pl.gy, by = (pl.gx + kWideWarps - 1) / kWideWarps;
+  const int ks = pl.ksplit > 1 ? fit_ksplit<NT>(bx * by, pl.ksplit) : 1;
+  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by), static_cast<unsigned>(ks));
+  launch_pdl_cluster(matmul_h16_wide_kernel<NT>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
+                     static_cast<int>(n_tok));
   BRASS_CUDA_LAUNCHED();
 }
 

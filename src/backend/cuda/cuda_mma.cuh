@@ -359,37 +359,45 @@ __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
   __syncthreads();
 }
 
-// After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z
-// ranges): the block's warps are summed into warp 0 (reduce_warps); with a K split, each
-// block leaves that partial (NA floats per lane) in part[tile] (ksplit, NA, 32) and the
-// last block of the tile to finish (ticket per tile) adds the ksplit partials in split
-// order (deterministic: the same sum whichever block comes last) and resets the ticket.
-// Returns true for the threads that hold the tile's final sums (warp 0 of the last block).
-template <int NA, int KS>
-__device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp], float* part, unsigned* tickets,
-                                                  unsigned* ticket_smem) {
-  reduce_warps<NA, KS>(acc, red);
-  const int ksplit = static_cast<int>(gridDim.z), lane = threadIdx.x % kWarp;
-  if (ksplit == 1) return threadIdx.x < kWarp;
-  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+// A warp's share of a K split: the warp's partial sums of one tile (NA floats per lane,
+// split z of ksplit) go to part[tile] (ksplit, NA, 32); the last warp of the tile to
+// finish (a ticket per tile) adds the ksplit partials in split order (deterministic: the
+// same sum whichever warp comes last) and resets the ticket. Returns true in that warp,
+// which then holds the tile's final sums in acc.
+template <int NA>
+__device__ __forceinline__ bool finish_split_warp(float* acc, float* part, unsigned* tickets, int64_t tile, int z,
+                                                  int ksplit) {
+  const int lane = threadIdx.x % kWarp;
   float* const tile_part = part + tile * ksplit * NA * kWarp;
-  if (threadIdx.x < kWarp) {
 #pragma unroll
-    for (int i = 0; i < NA; ++i) tile_part[(static_cast<int64_t>(blockIdx.z) * NA + i) * kWarp + lane] = acc[i];
-    __threadfence();  // the partial is visible before the ticket is taken
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) *ticket_smem = atomicAdd(&tickets[tile], 1u);
-  __syncthreads();
-  if (*ticket_smem != static_cast<unsigned>(ksplit - 1) || threadIdx.x >= kWarp) return false;
+  for (int i = 0; i < NA; ++i) tile_part[(static_cast<int64_t>(z) * NA + i) * kWarp + lane] = acc[i];
+  __threadfence();  // the partial is visible before the ticket is taken
+  __syncwarp();
+  unsigned ticket = 0;
+  if (lane == 0) ticket = atomicAdd(&tickets[tile], 1u);
+  if (__shfl_sync(~0u, ticket, 0) != static_cast<unsigned>(ksplit - 1)) return false;
   __threadfence();
 #pragma unroll
   for (int i = 0; i < NA; ++i) acc[i] = 0.f;
-  for (int z = 0; z < ksplit; ++z)
+  for (int s = 0; s < ksplit; ++s)
 #pragma unroll
-    for (int i = 0; i < NA; ++i) acc[i] += __ldcg(tile_part + (static_cast<int64_t>(z) * NA + i) * kWarp + lane);
+    for (int i = 0; i < NA; ++i) acc[i] += __ldcg(tile_part + (static_cast<int64_t>(s) * NA + i) * kWarp + lane);
   if (lane == 0) tickets[tile] = 0;
   return true;
+}
+
+// After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z
+// ranges): the block's warps are summed into warp 0 (reduce_warps); with a K split, warp
+// 0 finishes the tile's split (finish_split_warp, tile y * gridDim.x + x). Returns true for
+// the threads that hold the tile's final sums (warp 0 of the last block).
+template <int NA, int KS>
+__device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp], float* part, unsigned* tickets) {
+  reduce_warps<NA, KS>(acc, red);
+  const int ksplit = static_cast<int>(gridDim.z);
+  if (threadIdx.x >= kWarp) return false;
+  if (ksplit == 1) return true;
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  return finish_split_warp<NA>(acc, part, tickets, tile, static_cast<int>(blockIdx.z), ksplit);
 }
 
 // Row (within the block's 32) of a thread's C fragment c in m-tile mt.
