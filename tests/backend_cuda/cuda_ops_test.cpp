@@ -360,8 +360,11 @@ TEST_P(CudaOpsMode, MoeExperts) {
 // three kernel variants), an expert that receives every token (several passes), experts
 // that receive none, the real 2880 x 2880 shape; also == the per-slot dp4a path within the
 // same bound (both are the twin's numerics, summed in another order). The 2880 shapes run
-// the k_loop_mx1 kernels (unless BRASS_CUDA_MOE_FAST=0); at 44 tokens expert 9 gets all
-// of them: six passes of 8 columns, the last with 4 missing columns.
+// the k_loop_mx1 kernels (unless BRASS_CUDA_MOE_FAST=0): at 16 tokens (2 an expert on
+// average) one token tile a pass; from 6 on average two tiles a pass where more than 8
+// tokens are left: at 44 tokens expert 9 gets all of them (passes of 16, 16 and 12, the
+// last with 4 missing columns) and the others ~4 (one tile), at 64 tokens (the 64-stream
+// load, ~8 an expert) the experts above 8 take a pass whose second tile is partial.
 TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);
@@ -374,6 +377,7 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   // hot >= 0: every token's first expert is `hot`; used: experts drawn from [0, used).
   for (const Case& c : {Case{128, 192, 8, 4, 5, -1, 8}, Case{64, 128, 8, 2, 37, 1, 7}, Case{192, 64, 8, 4, 25, -1, 6},
                         Case{2880, 2880, 32, 4, 16, -1, 32}, Case{2880, 2880, 32, 4, 44, 9, 32},
+                        Case{2880, 2880, 32, 4, 64, -1, 32},
                         Case{64, 64, 4, 2, 2, 3, 4}}) {
     SCOPED_TRACE(::testing::Message() << c.n_embd << "/" << c.n_ff << " experts " << c.n_expert << " tok " << c.n_tok);
     HostExperts ex(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert);

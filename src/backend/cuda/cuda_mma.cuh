@@ -251,16 +251,23 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
 //   every E; the 0.5 of the doubled code magnitudes goes into the activation scale;
 // - the C columns' scales (columns 2t, 2t + 1) come by shuffle from the lanes that hold
 //   those columns as B.
-template <int NM>
-__device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_t (&ex)[NM][4], const uint2 (&bv)[2],
-                                         const uint2 (&bn)[2], float2 own, float (&acc)[NM][2][1][4]) {
+// NT = 2: two token tiles share each K step's decode (an expert of 9..16 tokens at 64
+// streams: one pass over its rows instead of two, the second of which re-read them from
+// L2 and decoded them again); tile 1 computes only when `two` (warp-uniform).
+template <int NM, int NT = 1>
+__device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_t (&ex)[NM][4],
+                                         const uint2 (&bv)[NT][2], const uint2 (&bn)[NT][2], const float2 (&own)[NT],
+                                         bool two, float (&acc)[NM][2][NT][4]) {
   const int t = threadIdx.x & 3;
   const int src0 = 8 * t, src1 = 8 * t + 4;  // lanes holding B columns 2t and 2t + 1
-  float xs[2][2];
-  xs[0][0] = __shfl_sync(0xffffffffu, own.x, src0) * 0.5f;
-  xs[0][1] = __shfl_sync(0xffffffffu, own.x, src1) * 0.5f;
-  xs[1][0] = __shfl_sync(0xffffffffu, own.y, src0) * 0.5f;
-  xs[1][1] = __shfl_sync(0xffffffffu, own.y, src1) * 0.5f;
+  float xs[NT][2][2];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    xs[j][0][0] = __shfl_sync(0xffffffffu, own[j].x, src0) * 0.5f;
+    xs[j][0][1] = __shfl_sync(0xffffffffu, own[j].x, src1) * 0.5f;
+    xs[j][1][0] = __shfl_sync(0xffffffffu, own[j].y, src0) * 0.5f;
+    xs[j][1][1] = __shfl_sync(0xffffffffu, own[j].y, src1) * 0.5f;
+  }
 #pragma unroll
   for (int m = 0; m < NM; ++m)
 #pragma unroll
@@ -269,8 +276,10 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
         const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
-        int c[4] = {0, 0, 0, 0};
-        mma_mx_pn(c, lo, hi, bv[blk], bn[blk]);
+        const uint32_t nlo = ~lo, nhi = ~hi;
+        const uint32_t p0 = mx_pos_part(lo), p1 = mx_pos_part(hi), p2 = mx_pos_part(lo >> 16), p3 = mx_pos_part(hi >> 16);
+        const uint32_t n0 = mx_neg_part(nlo), n1 = mx_neg_part(nhi), n2 = mx_neg_part(nlo >> 16),
+                       n3 = mx_neg_part(nhi >> 16);
         float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -278,16 +287,24 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
           const uint32_t bits = (blk ? e << 15 : e << 23) & 0x7F800000u;
           w[h] = __uint_as_float(max(bits, 0x00400000u));
         }
-        scale_acc(acc[m][mt][0], c, w[0], w[1], xs[blk]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j > 0 && !two) break;
+          int c[4] = {0, 0, 0, 0};
+          mma_s8(c, p0, p1, p2, p3, bv[j][blk].x, bv[j][blk].y);
+          mma_s8(c, n0, n1, n2, n3, bn[j][blk].x, bn[j][blk].y);
+          scale_acc(acc[m][mt][j], c, w[0], w[1], xs[j][blk]);
+        }
       }
 }
 
-// The grouped MoE's K loop for one token tile (NT = 1) of NM MXFP4 matrices whose rows are
+// The grouped MoE's K loop for NT (1 or 2) token tiles of NM MXFP4 matrices whose rows are
 // N elements long (N known at compile time, gpt-oss: 2880, so row strides are immediates
 // and each matrix needs one pointer). Every column points at a real token row (a missing
 // column repeats another; its sums are computed and never stored), so nothing is checked
-// for null. xrow: this lane's column row + 8t, its negated twin at xrow + neg; xdrow: the
-// column's N / 32 scales. Warp w takes K steps w, w + KS, ...
+// for null. xrow[j]: this lane's column row of tile j + 8t, its negated twin at xrow[j] +
+// neg; xdrow[j]: the column's N / 32 scales; tile 1 only when `two`. Warp w takes K steps
+// w, w + KS, ...
 // The loop keeps one K step's loads in flight a warp (about 2 KB for gate/up), too few to
 // cover DRAM latency with 16 warps an SM (ncu at 32 streams: long-scoreboard stalls most
 // of the time), but three ways to keep more in flight measured slower at 32 streams on the
@@ -295,10 +312,10 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // (it hid the latency but cost more integer and shared-memory instructions than it saved),
 // 4,279 / 4,264; a bulk L2 prefetch of each block's whole rows at its start, 4,130; each
 // lane asking L2 for one row's bytes 1 or 2 steps ahead (prefetch.global.L2), 3,124 / 3,225.
-template <int N, int NM, int KS = kKs>
+template <int N, int NM, int NT = 1, int KS = kKs>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
-                                           const int8_t* xrow, int64_t neg, const float* xdrow,
-                                           float (&acc)[NM][2][1][4]) {
+                                           const int8_t* const (&xrow)[NT], int64_t neg,
+                                           const float* const (&xdrow)[NT], bool two, float (&acc)[NM][2][NT][4]) {
   static_assert(N % 64 == 0, "MXFP4 K steps of 64");
   constexpr int kRb = N / 2, kNb = N / 32, kSteps = N / 64;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
@@ -309,9 +326,13 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
     q[m] = wq[m] + (r0 + g) * kRb + 4 * t + 32 * warp;
     s[m] = wsc[m] + (r0 + g) * kNb + 2 * warp;
   }
-  const int8_t* xp = xrow + 64 * warp;
-  const int8_t* xn = xrow + neg + 64 * warp;
-  const float* xd = xdrow + 2 * warp;
+  const int8_t* xp[NT];
+  const float* xd[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    xp[j] = xrow[j] + 64 * warp;
+    xd[j] = xdrow[j] + 2 * warp;
+  }
 #pragma unroll 1
   for (int p = warp; p < kSteps; p += KS) {
     uint2 wv[NM][4];
@@ -324,22 +345,32 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
         wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * 8 * kRb + 16));
         ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * 8 * kNb));
       }
-    uint2 bv[2], bn[2];
+    uint2 bv[NT][2], bn[NT][2];
+    float2 own[NT];
 #pragma unroll
-    for (int blk = 0; blk < 2; ++blk) {
-      bv[blk] = __ldg(reinterpret_cast<const uint2*>(xp + 32 * blk));
-      bn[blk] = __ldg(reinterpret_cast<const uint2*>(xn + 32 * blk));
+    for (int j = 0; j < NT; ++j) {
+      if (j > 0 && !two) {
+        own[j] = own[0];
+        break;
+      }
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+        bv[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + 32 * blk));
+        bn[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + neg + 32 * blk));
+      }
+      own[j] = __ldg(reinterpret_cast<const float2*>(xd[j]));
     }
-    const float2 own = __ldg(reinterpret_cast<const float2*>(xd));
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
       q[m] += 32 * KS;
       s[m] += 2 * KS;
     }
-    xp += 64 * KS;
-    xn += 64 * KS;
-    xd += 2 * KS;
-    mx1_step<NM>(wv, ex, bv, bn, own, acc);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      xp[j] += 64 * KS;
+      xd[j] += 2 * KS;
+    }
+    mx1_step<NM, NT>(wv, ex, bv, bn, own, two, acc);
   }
 }
 

@@ -28,7 +28,8 @@ constexpr int kGptOssDim = 2880;  // gpt-oss 20b / 120b: n_embd = expert n_ff = 
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
 // slots' sorted positions.
-// N > 0: rows of N elements on the k_loop_mx1 path (NT 1; the caller checked n == N).
+// N > 0: rows of N elements on the k_loop_mx1 path (NT 1, or 2: a pass takes 16 tokens
+// when more than 8 are left, else 8; the caller checked n == N).
 template <int NT, int MINB, int N = 0>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
@@ -49,12 +50,20 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   const int64_t r0 = e * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[2] = {gate.q, up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
-  for (int base = 0; base < cnt; base += 8 * NT) {
+  for (int base = 0, live = 1; base < cnt; base += 8 * live) {
+    live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[2][2][NT][4] = {};
     if constexpr (N > 0) {
-      static_assert(NT == 1, "k_loop_mx1: one token tile");
-      const int64_t row = perm[off + min(base + g, cnt - 1)] / k;  // a missing column repeats the last
-      k_loop_mx1<N, 2>(wq, wsc, r0, xq + row * N + 8 * t, xneg, xd + row * (N / 32), acc);
+      static_assert(NT <= 2, "k_loop_mx1: one or two token tiles");
+      const int8_t* xr[NT];
+      const float* xdr[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int64_t row = perm[off + min(base + 8 * j + g, cnt - 1)] / k;  // a missing column repeats the last
+        xr[j] = xq + row * N + 8 * t;
+        xdr[j] = xd + row * (N / 32);
+      }
+      k_loop_mx1<N, 2, NT>(wq, wsc, r0, xr, xneg, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
       k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
@@ -62,7 +71,8 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     reduce_warps<NA>(&acc[0][0][0][0], red);
     if (threadIdx.x >= kWarp) continue;
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < NT; ++j) {
+      if (j >= live) break;
 #pragma unroll
       for (int cc = 0; cc < 2; ++cc) {
         const int pc = base + 8 * j + 2 * t + cc;
@@ -94,6 +104,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
         }
         if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
       }
+    }
   }
 }
 
@@ -119,13 +130,21 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   const int64_t r0 = e * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[1] = {down.q};
   const uint8_t* const wsc[1] = {down.s};
-  for (int base = 0; base < cnt; base += 8 * NT) {
+  for (int base = 0, live = 1; base < cnt; base += 8 * live) {
+    live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[1][2][NT][4] = {};
     if constexpr (N > 0) {
-      static_assert(NT == 1, "k_loop_mx1: one token tile");
+      static_assert(NT <= 2, "k_loop_mx1: one or two token tiles");
       const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-      const int64_t row = off + min(base + g, cnt - 1);
-      k_loop_mx1<N, 1>(wq, wsc, r0, act_q + row * N + 8 * t, aneg, act_d + row * (N / 32), acc);
+      const int8_t* xr[NT];
+      const float* xdr[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int64_t row = off + min(base + 8 * j + g, cnt - 1);
+        xr[j] = act_q + row * N + 8 * t;
+        xdr[j] = act_d + row * (N / 32);
+      }
+      k_loop_mx1<N, 1, NT>(wq, wsc, r0, xr, aneg, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
       k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
@@ -240,7 +259,13 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // streams 4,203 -> 4,418 / 6,348 -> 6,712 tok/s on the H200. BRASS_CUDA_MOE_FAST=0: the
   // generic loop (measurement knob).
   static const bool fast = knob_on("BRASS_CUDA_MOE_FAST");
-  if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim)
+  // From ~6 tokens an expert on average (64 streams: ~8, 40% of the experts above 8) the
+  // lean loop takes two tiles in a pass of an expert with more than 8 tokens left, decoding
+  // its rows once for both. BRASS_CUDA_MOE_MX2=0: one tile a pass (measurement knob).
+  static const bool mx2 = knob_on("BRASS_CUDA_MOE_MX2");
+  if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim && mx2 && avg >= 6)
+    launch_typed<2, 4, kGptOssDim>(a, b, grp, e, st);
+  else if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim)
     launch_typed<1, 4, kGptOssDim>(a, b, grp, e, st);
   else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
