@@ -43,7 +43,8 @@ inline bool knob_on(const char* name) {
 // (set_pdl(false), or BRASS_CUDA_PDL=0 in the backend).
 bool pdl_enabled();
 void set_pdl(bool on);
-// With `cluster` blocks a thread-block cluster (more than one: the cluster attribute).
+// launch_pdl for a grid of thread-block clusters of `cluster` blocks (sm_90; a cluster of
+// one block launches without the cluster attribute, as launch_pdl does).
 template <class... KArgs, class... Args>
 void launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem, cudaStream_t st,
                         Args&&... args) {
