@@ -335,13 +335,13 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
     const int w = e / (NA * kWarp), i = e / kWarp % NA, l = e % kWarp;
     const int wt = static_cast<int>(blockIdx.y) * kWideWarps + w;
     if (wt >= ps.end[2]) continue;
-    float v[8];  // every block's partial in flight at once, then added in split order
+    // Added in split order (unrolled: the loads may all be in flight at once). Held in an
+    // array first, or with the first term outside the loop, they cost the NT = 4 kernel a
+    // 12-byte spill at its 128 registers.
+    float sum = 0.f;
 #pragma unroll
-    for (int r = 0; r < 8; ++r) v[r] = r < ksplit ? cluster.map_shared_rank(&red[0][0][0], r)[e] : 0.f;
-    float sum = v[0];
-#pragma unroll
-    for (int r = 1; r < 8; ++r)
-      if (r < ksplit) sum += v[r];
+    for (int r = 0; r < 8; ++r)
+      if (r < ksplit) sum += cluster.map_shared_rank(&red[0][0][0], r)[e];
     const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
     const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
     if (tc >= n_tok) continue;
@@ -410,6 +410,39 @@ int pick_ksplit(int64_t tiles, int steps, int ks) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max(1, std::min(16, steps / (2 * ks)))));
 }
 
+// The largest K split <= ks whose clusters of `ks` blocks are all resident at once for
+// `clusters` of them (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40
+// clusters of 7 blocks took two waves on the H200 where 40 of 6 take one).
+template <int NT>
+int fit_ksplit(int64_t clusters, int ks) {
+  static int active[9] = {};  // per cluster size, queried once (the same on every call)
+  for (; ks > 1; --ks) {
+    if (active[ks] == 0) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1, 1, ks);
+      cfg.blockDim = dim3(kWideWarps * kWarp);
+      cudaLaunchAttribute at;
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim.x = 1;
+      at.val.clusterDim.y = 1;
+      at.val.clusterDim.z = ks;
+      cfg.attrs = &at;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, matmul_h16_wide_kernel<NT>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 1;  // unknown: take the smaller split
+      }
+      active[ks] = std::max(n, 1);
+    }
+    if (clusters <= active[ks]) break;
+  }
+  return ks;
+}
+int fit_ksplit(int nt, int64_t clusters, int ks) {
+  return nt == 1 ? fit_ksplit<1>(clusters, ks) : nt == 2 ? fit_ksplit<2>(clusters, ks) : fit_ksplit<4>(clusters, ks);
+}
+
 // One call's launch shape: f16 or int8 kernel (f16: 32 or 256 rows a block), token tiles
 // per pass, grid (gx: 32-row tiles, gy: token passes), K split.
 struct Plan {
@@ -434,15 +467,16 @@ Plan plan(std::span<const MatmulP> ms, bool h16) {
   // 32 tokens; q / k / v's 160 and wo's 90 keep their K-split 32-row blocks): the wide
   // blocks still fill the SMs, each reading the activations once for 8 tiles.
   // Fewer tiles (q / k / v, wo): the same 256-row blocks with K split towards
-  // wide_blocks_per_sm() blocks an SM, in clusters of at most 8 (the portable size), each
-  // block >= 2 chunks.
+  // wide_blocks_per_sm() blocks an SM, in clusters of at most 8 (the portable size) that
+  // are all resident at once (fit_ksplit), each block >= 2 chunks.
   const int64_t sms = sm_count();
   const bool many = p.gx * p.gy >= 16 * sms;
   p.wide = p.h16 && p.nt <= 4 && wide_enabled() && (many || wide_split_enabled());
   if (p.wide) {
     const int64_t blocks = (p.gx + kWideWarps - 1) / kWideWarps * p.gy, want = wide_blocks_per_sm() * sms;
     const int nch = static_cast<int>((a.w.n_in + kWideChunk - 1) / kWideChunk);
-    p.ksplit = many ? 1 : static_cast<int>(std::clamp<int64_t>(want / blocks, 1, std::clamp(nch / 2, 1, 8)));
+    const int split = static_cast<int>(std::clamp<int64_t>(want / blocks, 1, std::clamp(nch / 2, 1, 8)));
+    p.ksplit = many ? 1 : fit_ksplit(p.nt, blocks, split);
   } else {
     p.ksplit = pick_ksplit(p.gx * p.gy, steps, ks);
   }
@@ -482,42 +516,11 @@ void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh
 }
 
 // Grid y: ceil(tiles / 8) <= 8,192 (matmul_mma_supported: <= 65,535 tiles), within 65,535.
-// The largest K split <= ks whose clusters of `ks` blocks are all resident at once for
-// `clusters` of them (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40
-// clusters of 7 blocks took two waves on the H200 where 40 of 6 take one).
-template <int NT>
-int fit_ksplit(int64_t clusters, int ks) {
-  static int active[9] = {};  // per cluster size, queried once (the same on every call)
-  for (; ks > 1; --ks) {
-    if (active[ks] == 0) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1, 1, ks);
-      cfg.blockDim = dim3(kWideWarps * kWarp);
-      cudaLaunchAttribute at;
-      at.id = cudaLaunchAttributeClusterDimension;
-      at.val.clusterDim.x = 1;
-      at.val.clusterDim.y = 1;
-      at.val.clusterDim.z = ks;
-      cfg.attrs = &at;
-      cfg.numAttrs = 1;
-      int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, matmul_h16_wide_kernel<NT>, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        n = 1;  // unknown: take the smaller split
-      }
-      active[ks] = std::max(n, 1);
-    }
-    if (clusters <= active[ks]) break;
-  }
-  return ks;
-}
-
 // A K split launches as clusters of its ksplit blocks (grid z).
 template <int NT>
 void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
-  const int64_t bx = pl.gy, by = (pl.gx + kWideWarps - 1) / kWideWarps;
-  const int ks = pl.ksplit > 1 ? fit_ksplit<NT>(bx * by, pl.ksplit) : 1;
-  const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by), static_cast<unsigned>(ks));
+  const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps),
+                  static_cast<unsigned>(pl.ksplit));
   launch_pdl_cluster(matmul_h16_wide_kernel<NT>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
                      static_cast<int>(n_tok));
   BRASS_CUDA_LAUNCHED();

@@ -263,9 +263,10 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // lean loop takes two tiles in a pass of an expert with more than 8 tokens left, decoding
   // its rows once for both. BRASS_CUDA_MOE_MX2=0: one tile a pass (measurement knob).
   static const bool mx2 = knob_on("BRASS_CUDA_MOE_MX2");
-  if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim && mx2 && avg >= 6)
+  const bool lean = nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim;
+  if (lean && mx2 && avg >= 6)
     launch_typed<2, 4, kGptOssDim>(a, b, grp, e, st);
-  else if (nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim)
+  else if (lean)
     launch_typed<1, 4, kGptOssDim>(a, b, grp, e, st);
   else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
