@@ -28,7 +28,8 @@
 
 #ifdef BRASS_PROBE
 namespace brass::backend::cuda {
-void probe_dump(const char* path);  // cuda_q8_pre.cu, -DBRASS_PROBE builds
+void probe_dump(const char* path);      // cuda_q8_pre.cu, -DBRASS_PROBE builds
+void probe_dump_wide(const char* path);  // cuda_matmul_mma.cu (appends)
 }
 #endif
 
@@ -489,7 +490,15 @@ int main(int argc, char** argv) {
   if (sample) sample_costs(m);
   if (!pp.empty()) prefill_rows(m, pp, tc_peak);
   if (!streams.empty()) stream_rows(m, streams, 128, 128, !sync_steps);
-  if (n_gen <= 0) return 0;
+  if (n_gen <= 0) {
+#ifdef BRASS_PROBE
+    if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
+      backend::cuda::probe_dump(po);
+      backend::cuda::probe_dump_wide(po);
+    }
+#endif
+    return 0;
+  }
   const double wb = weight_bytes_per_token(m);
   std::printf("weights read per token: %.3f GB\n", wb / 1e9);
   std::printf("%-22s %9s %9s %10s %9s %8s\n", "test", "tok/s", "ms/tok", "GB/tok", "GB/s", "%floor");
@@ -526,7 +535,10 @@ int main(int argc, char** argv) {
     if (!run(0, n_gen, "tg128")) return 1;
   if (depth > 0 && !run(depth, n_gen, "tg128 @ depth")) return 1;
 #ifdef BRASS_PROBE
-  if (const char* po = std::getenv("BRASS_PROBE_OUT")) backend::cuda::probe_dump(po);
+  if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
+    backend::cuda::probe_dump(po);
+    backend::cuda::probe_dump_wide(po);
+  }
 #endif
   return 0;
 }

@@ -7,14 +7,50 @@
 // tensor-core path's numerics), the latter also in 256-row blocks that share one copy of
 // the activations in shared memory for calls of many row tiles (the output head).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <span>
 
 #include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_probe.cuh"
 
 namespace brass::backend::cuda {
+
+#ifdef BRASS_PROBE
+// -DBRASS_PROBE builds: marks of matmul_h16_wide_kernel's split calls (q / k / v, wo; the
+// last launch wins), per block (x + gx (y + gy z)): marks 0..5 (start, wait done, first
+// chunk done, loop done, cluster partials ready, end) and the block's SM in slot 6.
+constexpr int kWideProbeBlocks = 1024, kWideProbeMarks = 7;
+__device__ unsigned long long g_wide_probe[kWideProbeBlocks][kWideProbeMarks];
+#define WIDE_MARK(m)                                                                         \
+  do {                                                                                       \
+    const unsigned b_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);      \
+    if (gridDim.z > 1 && threadIdx.x == 0 && b_ < kWideProbeBlocks) {                        \
+      g_wide_probe[b_][m] = probe_now();                                                     \
+      unsigned sm_;                                                                          \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                       \
+      g_wide_probe[b_][6] = sm_;                                                             \
+    }                                                                                        \
+  } while (0)
+void probe_dump_wide(const char* path) {
+  static unsigned long long h[kWideProbeBlocks][kWideProbeMarks];
+  cudaDeviceSynchronize();
+  if (cudaMemcpyFromSymbol(h, g_wide_probe, sizeof(h)) != cudaSuccess) return;
+  FILE* f = std::fopen(path, "a");
+  if (!f) return;
+  for (int b = 0; b < kWideProbeBlocks; ++b)
+    for (int m = 0; m < kWideProbeMarks; ++m)
+      if (h[b][m]) std::fprintf(f, "5,%d,%d,%llu\n", b, m, h[b][m]);
+  std::fclose(f);
+}
+#else
+#define WIDE_MARK(m) \
+  do {               \
+  } while (0)
+#endif
+
 namespace {
 
 using namespace mma;
@@ -204,6 +240,105 @@ struct WideW {
   __half d[4];
 };
 
+// One chunk of a lane's tile: weights b (rows g + 8 i), activations of the chunk's stage
+// from xr (token g of tile j at + 8 j rows of kWideRow), both k32 steps.
+template <int NT>
+__device__ __forceinline__ void wide_chunk(const WideW& b, const __half* xr, float (&acc)[2][NT][4]) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {  // k32 step: bytes 16 t + 8 s .. + 7 of each row
+    uint4 bv[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) bv[j] = *reinterpret_cast<const uint4*>(xr + 8 * j * kWideRow + 8 * s);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const uint4 &lo = b.q[2 * mt], &hi = b.q[2 * mt + 1];  // rows g + 16 mt, g + 8 + 16 mt
+      const __half2 dl = __half2half2(b.d[2 * mt]), dh = __half2half2(b.d[2 * mt + 1]);
+      uint32_t a[2][4];  // [k16 chunk][fragment register]
+      q8_half2(s ? lo.z : lo.x, dl, a[0][0], a[0][2]);
+      q8_half2(s ? hi.z : hi.x, dh, a[0][1], a[0][3]);
+      q8_half2(s ? lo.w : lo.y, dl, a[1][0], a[1][2]);
+      q8_half2(s ? hi.w : hi.y, dh, a[1][1], a[1][3]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma_f16(acc[mt][j], a[0][0], a[0][1], a[0][2], a[0][3], bv[j].x, bv[j].y);
+        mma_f16(acc[mt][j], a[1][0], a[1][1], a[1][2], a[1][3], bv[j].z, bv[j].w);
+      }
+    }
+  }
+}
+
+// The end of a wide block: without a K split warp w writes its tile (+ bias); with one,
+// the ksplit blocks of the cluster (1, 1, ksplit) leave their partial sums in red (warp,
+// acc, lane) and, after a cluster barrier, block z adds its share of the elements over the
+// blocks' memories in split order (deterministic) and writes y + bias (bias_mine: the
+// bias of the thread's tile row `lane`, parked in bsh).
+template <int NT>
+__device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float (*red)[2 * NT * 4][kWarp],
+                                            float (*bsh)[kWarp], float bias_mine, const Parts& ps, int tile,
+                                            int base, int n_tok) {
+  constexpr int NA = 2 * NT * 4;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int ksplit = static_cast<int>(gridDim.z), z = static_cast<int>(blockIdx.z);
+  if (ksplit == 1) {
+    if (tile < ps.end[2]) {
+      const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
+      write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
+    }
+    return;
+  }
+  const float* a = &acc[0][0][0];
+#pragma unroll
+  for (int i = 0; i < NA; ++i) red[warp][i][lane] = a[i];
+  bsh[warp][lane] = bias_mine;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's partials (and biases) are in its shared memory
+  WIDE_MARK(4);
+  // Element e = (w, i, l) of the block's kWideWarps x NA x 32: block z sums [e0, e1), a
+  // thread kGroup elements at a time: every peer load of a group is issued before its
+  // stores (a store to y may alias a generic load, so nothing moves across one). Only the
+  // elements that are stored are loaded (see the barrier below).
+  constexpr int kElems = kWideWarps * NA * kWarp, kGroup = 4, kThreads = kWideWarps * kWarp;
+  const int e0 = z * kElems / ksplit, e1 = (z + 1) * kElems / ksplit;
+  for (int eg = e0 + static_cast<int>(threadIdx.x); eg < e1; eg += kGroup * kThreads) {
+    float sum[kGroup];
+    int64_t at[kGroup];  // the element's offset in y, -1: not stored
+    float* y[kGroup];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      const int e = eg + u * kThreads;
+      const int w = e / (NA * kWarp), i = e / kWarp % NA, l = e % kWarp;
+      const int wt = static_cast<int>(blockIdx.y) * kWideWarps + w;
+      const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
+      const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
+      const int rr = c_row(l >> 2, mt, c);
+      sum[u] = 0.f;  // added in split order
+      at[u] = -1;
+      y[u] = nullptr;
+      if (e < e1 && wt < ps.end[2] && tc < n_tok) {
+        const Parts::One o = ps.at(wt);
+        y[u] = o.y;
+        at[u] = static_cast<int64_t>(tc) * o.w.rows + o.r0 + rr;
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+          if (r < ksplit) sum[u] += cluster.map_shared_rank(&red[0][0][0], r)[e];
+        sum[u] += bsh[w][rr];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+      if (at[u] >= 0) y[u][at[u]] = sum[u];
+  }
+  // No block leaves while another may read its shared memory. Relaxed: every value loaded
+  // from a peer is stored to y above, so its load has returned before the store, and the
+  // arrive, issue; y needs no ordering here (the next kernel waits for this grid's
+  // completion). cluster.sync() would fence first (MEMBAR.ALL.GPU: waiting for the y
+  // stores to drain) and invalidate L1 after: +0.4% at 64 streams, +0.5% at 32 (H200).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  WIDE_MARK(5);
+}
+
 // grid (ceil(n_tok / (8 NT)), ceil(row tiles / 8), ksplit): block (x, y, z) computes row
 // tiles [8 y, 8 y + 8) (warp w: tile 8 y + w, of whichever of ps's matrices holds it) for
 // tokens [8 NT x, 8 NT (x + 1)) over the z-th of ksplit ranges of chunks. xh: (n_tok, n)
@@ -221,8 +356,10 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
                                                                                 const __half* __restrict__ xh,
                                                                                 int n_tok) {
   constexpr int NA = 2 * NT * 4;
+  WIDE_MARK(0);
   __shared__ __align__(16) __half xs[kWideStages][8 * NT][kWideRow];  // (stage, token, chunk column + pad)
   __shared__ float red[kWideWarps][NA][kWarp];                         // a K split's partial sums (warp, acc, lane)
+  __shared__ float bsh[kWideWarps][kWarp];                             // a K split's bias (warp, tile row)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int tile = static_cast<int>(blockIdx.y) * kWideWarps + warp;
   const bool live = tile < ps.end[2];
@@ -275,30 +412,7 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
     cp_async_wait_group<1>();  // this thread's copies of chunk c have landed (c + 1's may pend)
     __syncthreads();           // everyone's, and every warp is done with chunk c - 1's stage
     load_x(c + 2);
-    if (live) {
-      const __half* xr = &xs[c % kWideStages][g][16 * t];  // token g of tile j: + 8 j rows
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {  // k32 step: bytes 16 t + 8 s .. + 7 of each row
-        uint4 bv[NT];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) bv[j] = *reinterpret_cast<const uint4*>(xr + 8 * j * kWideRow + 8 * s);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const uint4 &lo = b.q[2 * mt], &hi = b.q[2 * mt + 1];  // rows g + 16 mt, g + 8 + 16 mt
-          const __half2 dl = __half2half2(b.d[2 * mt]), dh = __half2half2(b.d[2 * mt + 1]);
-          uint32_t a[2][4];  // [k16 chunk][fragment register]
-          q8_half2(s ? lo.z : lo.x, dl, a[0][0], a[0][2]);
-          q8_half2(s ? hi.z : hi.x, dh, a[0][1], a[0][3]);
-          q8_half2(s ? lo.w : lo.y, dl, a[1][0], a[1][2]);
-          q8_half2(s ? hi.w : hi.y, dh, a[1][1], a[1][3]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            mma_f16(acc[mt][j], a[0][0], a[0][1], a[0][2], a[0][3], bv[j].x, bv[j].y);
-            mma_f16(acc[mt][j], a[1][0], a[1][1], a[1][2], a[1][3], bv[j].z, bv[j].w);
-          }
-        }
-      }
-    }
+    if (live) wide_chunk<NT>(b, &xs[c % kWideStages][g][16 * t], acc);
     load_w(c + 2, b);
   };
   // Weights are static: the first two chunks' loads go out before the wait for the
@@ -306,50 +420,27 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
   WideW wa, wb;
   load_w(c0, wa);
   load_w(c0 + 1, wb);
+  // A K split's bias of tile row `lane` (static too), parked in shared memory at the end:
+  // the split's sum then waits on no global load (+0.3% at 64 streams on the H200).
+  const float bias_mine = ksplit > 1 && live && m.bias ? __ldg(m.bias + m.r0 + lane) : 0.f;
   pdl_wait();
+  WIDE_MARK(1);
   pdl_trigger();
   load_x(c0);
   load_x(c0 + 1);
 #pragma unroll 1
   for (int c = c0; c < c1; c += 2) {
     chunk(c, wa);
+#ifdef BRASS_PROBE
+    if (c == c0) {
+      __syncthreads();
+      WIDE_MARK(2);
+    }
+#endif
     if (c + 1 < c1) chunk(c + 1, wb);  // uniform over the block: the barriers match
   }
-  if (ksplit == 1) {
-    if (live) {
-      const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
-      write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
-    }
-    return;
-  }
-  const float* a = &acc[0][0][0];
-#pragma unroll
-  for (int i = 0; i < NA; ++i) red[warp][i][lane] = a[i];
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's partials are in its shared memory
-  // Element e = (w, i, l) of the block's kWideWarps x NA x 32: block z sums [e0, e1).
-  constexpr int kElems = kWideWarps * NA * kWarp;
-  const int e0 = z * kElems / ksplit, e1 = (z + 1) * kElems / ksplit;
-  for (int e = e0 + static_cast<int>(threadIdx.x); e < e1; e += kWideWarps * kWarp) {
-    const int w = e / (NA * kWarp), i = e / kWarp % NA, l = e % kWarp;
-    const int wt = static_cast<int>(blockIdx.y) * kWideWarps + w;
-    if (wt >= ps.end[2]) continue;
-    // Added in split order (unrolled: the loads may all be in flight at once). Held in an
-    // array first, or with the first term outside the loop, they cost the NT = 4 kernel a
-    // 12-byte spill at its 128 registers.
-    float sum = 0.f;
-#pragma unroll
-    for (int r = 0; r < 8; ++r)
-      if (r < ksplit) sum += cluster.map_shared_rank(&red[0][0][0], r)[e];
-    const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
-    const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
-    if (tc >= n_tok) continue;
-    const Parts::One o = ps.at(wt);
-    const int64_t r = o.r0 + c_row(l >> 2, mt, c);
-    o.y[static_cast<int64_t>(tc) * o.w.rows + r] = sum + (o.bias ? o.bias[r] : 0.f);
-  }
-  cluster.sync();  // no block leaves while another may read its shared memory
+  WIDE_MARK(3);
+  wide_finish<NT>(acc, red, bsh, bias_mine, ps, tile, base, n_tok);
 }
 
 // One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
