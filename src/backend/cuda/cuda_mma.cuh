@@ -315,11 +315,15 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // (it hid the latency but cost more integer and shared-memory instructions than it saved),
 // 4,279 / 4,264; a bulk L2 prefetch of each block's whole rows at its start, 4,130; each
 // lane asking L2 for one row's bytes 1 or 2 steps ahead (prefetch.global.L2), 3,124 / 3,225.
-template <int N, int NM, int NT = 1, int KS = kKs>
+// P (1 or 2): K steps whose loads a warp issues before computing the first of them (2: a
+// second step's ~2 KB in flight while the first computes, for kernels with registers to
+// spare).
+template <int N, int NM, int NT = 1, int KS = kKs, int P = 1>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], int64_t neg,
                                            const float* const (&xdrow)[NT], bool two, float (&acc)[NM][2][NT][4]) {
   static_assert(N % 64 == 0, "MXFP4 K steps of 64");
+  static_assert(P == 1 || P == 2, "one or two K steps a pass");
   constexpr int kRb = N / 2, kNb = N / 32, kSteps = N / 64;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const uint8_t* q[NM];
@@ -336,44 +340,55 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
     xp[j] = xrow[j] + 64 * warp;
     xd[j] = xdrow[j] + 2 * warp;
   }
-#pragma unroll 1
-  for (int p = warp; p < kSteps; p += KS) {
+  // One K step's operands (step u of the pass: u KS steps past the pointers).
+  struct Step {
     uint2 wv[NM][4];
     uint32_t ex[NM][4];
+    uint2 bv[NT][2], bn[NT][2];
+    float2 own[NT];
+  };
+  auto load = [&](Step& st, int u) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * 8 * kRb));
-        wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(q[m] + i * 8 * kRb + 16));
-        ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + i * 8 * kNb));
+        const uint8_t* qi = q[m] + u * 32 * KS + i * 8 * kRb;
+        st.wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(qi));
+        st.wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(qi + 16));
+        st.ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + u * 2 * KS + i * 8 * kNb));
       }
-    uint2 bv[NT][2], bn[NT][2];
-    float2 own[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       if (j > 0 && !two) {
-        own[j] = own[0];
+        st.own[j] = st.own[0];
         break;
       }
 #pragma unroll
       for (int blk = 0; blk < 2; ++blk) {
-        bv[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + 32 * blk));
-        bn[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + neg + 32 * blk));
+        st.bv[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + u * 64 * KS + 32 * blk));
+        st.bn[j][blk] = __ldg(reinterpret_cast<const uint2*>(xp[j] + u * 64 * KS + neg + 32 * blk));
       }
-      own[j] = __ldg(reinterpret_cast<const float2*>(xd[j]));
+      st.own[j] = __ldg(reinterpret_cast<const float2*>(xd[j] + u * 2 * KS));
     }
+  };
+#pragma unroll 1
+  for (int p = warp; p < kSteps; p += P * KS) {
+    Step s0, s1;
+    load(s0, 0);
+    const bool second = P > 1 && p + KS < kSteps;  // warp-uniform
+    if (second) load(s1, 1);
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
-      q[m] += 32 * KS;
-      s[m] += 2 * KS;
+      q[m] += P * 32 * KS;
+      s[m] += P * 2 * KS;
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      xp[j] += 64 * KS;
-      xd[j] += 2 * KS;
+      xp[j] += P * 64 * KS;
+      xd[j] += P * 2 * KS;
     }
-    mx1_step<NM, NT>(wv, ex, bv, bn, own, two, acc);
+    mx1_step<NM, NT>(s0.wv, s0.ex, s0.bv, s0.bn, s0.own, two, acc);
+    if (second) mx1_step<NM, NT>(s1.wv, s1.ex, s1.bv, s1.bn, s1.own, two, acc);
   }
 }
 

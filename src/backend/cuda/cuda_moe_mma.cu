@@ -30,7 +30,7 @@ constexpr int kGptOssDim = 2880;  // gpt-oss 20b / 120b: n_embd = expert n_ff = 
 // slots' sorted positions.
 // N > 0: rows of N elements on the k_loop_mx1 path (NT 1, or 2: a pass takes 16 tokens
 // when more than 8 are left, else 8; the caller checked n == N).
-template <int NT, int MINB, int N = 0>
+template <int NT, int MINB, int N = 0, int P = 1>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
         xr[j] = xq + row * N + 8 * t;
         xdr[j] = xd + row * (N / 32);
       }
-      k_loop_mx1<N, 2, NT>(wq, wsc, r0, xr, xneg, xdr, live > 1, acc);
+      k_loop_mx1<N, 2, NT, kKs, P>(wq, wsc, r0, xr, xneg, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
       k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
 // grid (n_embd / 32, n_expert): block (x, e) computes down rows [32 x, 32 x + 32) of expert
 // e for all of e's slots: o[sorted position, row] = down row . act (no bias: the combine
 // adds it with the router weight).
-template <int NT, int MINB, int N = 0>
+template <int NT, int MINB, int N = 0, int P = 1>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
         xr[j] = act_q + row * N + 8 * t;
         xdr[j] = act_d + row * (N / 32);
       }
-      k_loop_mx1<N, 1, NT>(wq, wsc, r0, xr, aneg, xdr, live > 1, acc);
+      k_loop_mx1<N, 1, NT, kKs, P>(wq, wsc, r0, xr, aneg, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
       k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
@@ -165,19 +165,35 @@ struct MoeMmaBufs {
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
 
-template <int NT, int MINB = 1, int N = 0>
-void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
+// A forced K-step count (1 or 2) from the environment; 0: the default choice.
+int env_steps(const char* name) {
+  const char* v = std::getenv(name);
+  const int n = v ? std::atoi(v) : 0;
+  return n == 1 || n == 2 ? n : 0;
+}
+
+template <int NT, int MINB = 1, int N = 0, int P = 1>
+void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
-  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N, P>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
   BRASS_CUDA_LAUNCHED();
-  launch_pdl(moe_down_mma_kernel<NT, MINB, N>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+}
+template <int NT, int MINB = 1, int N = 0, int P = 1>
+void launch_down(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
+  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, aneg = a.n_tok * a.k * n_ff;
+  launch_pdl(moe_down_mma_kernel<NT, MINB, N, P>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
   BRASS_CUDA_LAUNCHED();
+}
+template <int NT, int MINB = 1, int N = 0>
+void launch_typed(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
+  launch_gate_up<NT, MINB, N>(a, b, grp, n_expert, st);
+  launch_down<NT, MINB, N>(a, b, grp, n_expert, st);
 }
 
 }  // namespace
@@ -263,12 +279,34 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // lean loop takes two tiles in a pass of an expert with more than 8 tokens left, decoding
   // its rows once for both. BRASS_CUDA_MOE_MX2=0: one tile a pass (measurement knob).
   static const bool mx2 = knob_on("BRASS_CUDA_MOE_MX2");
+  // K steps in flight a warp in the lean loop (k_loop_mx1's P), where registers allow: the
+  // one-tile gate/up (at its 128-register cap, a 20-byte spill) and the two-tile down take
+  // 2. H200, same call, x8 / x32 / x64 tok/s: one step everywhere 1,721 / 5,196 / 7,726;
+  // two in the one-tile gate/up 1,746 / 5,250 / -; two in the two-tile down - / - / 7,830
+  // (two in the one-tile down: x32 5,155; in the two-tile gate/up, which then fits 3 blocks
+  // an SM instead of 4: x64 7,349). BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force one
+  // choice (measurement knobs; the two-tile gate/up with 2 runs at 3 blocks an SM).
+  static const int steps_gu = env_steps("BRASS_CUDA_MOE_STEPS_GU"), steps_dn = env_steps("BRASS_CUDA_MOE_STEPS_DOWN");
   const bool lean = nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim;
-  if (lean && mx2 && avg >= 6)
-    launch_typed<2, 4, kGptOssDim>(a, b, grp, e, st);
-  else if (lean)
-    launch_typed<1, 4, kGptOssDim>(a, b, grp, e, st);
-  else if (nt == 2)
+  if (lean && mx2 && avg >= 6) {
+    if (steps_gu == 2)
+      launch_gate_up<2, 3, kGptOssDim, 2>(a, b, grp, e, st);
+    else
+      launch_gate_up<2, 4, kGptOssDim>(a, b, grp, e, st);
+    if (steps_dn == 1)
+      launch_down<2, 4, kGptOssDim>(a, b, grp, e, st);
+    else
+      launch_down<2, 4, kGptOssDim, 2>(a, b, grp, e, st);
+  } else if (lean) {
+    if (steps_gu == 1)
+      launch_gate_up<1, 4, kGptOssDim>(a, b, grp, e, st);
+    else
+      launch_gate_up<1, 4, kGptOssDim, 2>(a, b, grp, e, st);
+    if (steps_dn == 2)
+      launch_down<1, 4, kGptOssDim, 2>(a, b, grp, e, st);
+    else
+      launch_down<1, 4, kGptOssDim>(a, b, grp, e, st);
+  } else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
   else if (nt == 4)
     launch_typed<4>(a, b, grp, e, st);
