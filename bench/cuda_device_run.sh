@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|burst|gupattern]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern]...
 #   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
@@ -144,6 +144,20 @@ for s in $STAGES; do
           --n-gen 32 > "$OUT/probe.log" 2>&1
         echo "== probe [$e] $(grep -m1 -E '^tg128' "$OUT/probe.log")"
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
+      done ;;
+    wideprobe)
+      # The same -DBRASS_PROBE build; marks inside matmul_h16_wide_kernel's last split call
+      # (wo) of a batched step at each of PROBE_STREAMS (bench/cuda_wide_marks.py).
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      cmake -S . -B build-probe -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" -DCMAKE_CUDA_FLAGS=-DBRASS_PROBE \
+        -DCMAKE_CXX_FLAGS=-DBRASS_PROBE > "$OUT/cmake-probe.log" 2>&1 &&
+        cmake --build build-probe --target cuda_decode_bench -j16 > "$OUT/build-probe.log" 2>&1 ||
+        { grep -E "error" -A3 "$OUT/build-probe.log" | head -20; continue; }
+      for s in ${PROBE_STREAMS:-64 32}; do
+        rm -f "$OUT/marks.csv"
+        BRASS_PROBE_OUT="$OUT/marks.csv" timeout 100 build-probe/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 \
+          --streams $s > "$OUT/wideprobe.log" 2>&1
+        echo "== wide kernel marks, $s streams"; python3 bench/cuda_wide_marks.py "$OUT/marks.csv" | tee -a "$OUT/wideprobe.txt"
       done ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
