@@ -35,6 +35,16 @@ void probe_dump_wide(const char* path);  // cuda_matmul_mma.cu (appends)
 
 using namespace brass;
 
+// -DBRASS_PROBE builds: the in-kernel marks to BRASS_PROBE_OUT (csv) at the end of a run.
+static void dump_probes() {
+#ifdef BRASS_PROBE
+  if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
+    backend::cuda::probe_dump(po);
+    backend::cuda::probe_dump_wide(po);
+  }
+#endif
+}
+
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -491,12 +501,7 @@ int main(int argc, char** argv) {
   if (!pp.empty()) prefill_rows(m, pp, tc_peak);
   if (!streams.empty()) stream_rows(m, streams, 128, 128, !sync_steps);
   if (n_gen <= 0) {
-#ifdef BRASS_PROBE
-    if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
-      backend::cuda::probe_dump(po);
-      backend::cuda::probe_dump_wide(po);
-    }
-#endif
+    dump_probes();
     return 0;
   }
   const double wb = weight_bytes_per_token(m);
@@ -534,11 +539,6 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < 3; ++rep)
     if (!run(0, n_gen, "tg128")) return 1;
   if (depth > 0 && !run(depth, n_gen, "tg128 @ depth")) return 1;
-#ifdef BRASS_PROBE
-  if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
-    backend::cuda::probe_dump(po);
-    backend::cuda::probe_dump_wide(po);
-  }
-#endif
+  dump_probes();
   return 0;
 }

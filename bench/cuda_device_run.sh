@@ -46,6 +46,13 @@ else
     mv "$f" "$f.device-skipped"; echo "device: skipping $f"
   done
 fi
+# The -DBRASS_PROBE build of the decode bench (stages probe, wideprobe).
+probe_build() {
+  cmake -S . -B build-probe -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" -DCMAKE_CUDA_FLAGS=-DBRASS_PROBE \
+    -DCMAKE_CXX_FLAGS=-DBRASS_PROBE > "$OUT/cmake-probe.log" 2>&1 &&
+    cmake --build build-probe --target cuda_decode_bench -j16 > "$OUT/build-probe.log" 2>&1 ||
+    { grep -E "error" -A3 "$OUT/build-probe.log" | head -20; return 1; }
+}
 for s in $STAGES; do
   case $s in
     build)
@@ -134,10 +141,7 @@ for s in $STAGES; do
       done ;;
     probe)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
-      cmake -S . -B build-probe -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" -DCMAKE_CUDA_FLAGS=-DBRASS_PROBE \
-        -DCMAKE_CXX_FLAGS=-DBRASS_PROBE > "$OUT/cmake-probe.log" 2>&1 &&
-        cmake --build build-probe --target cuda_decode_bench -j16 > "$OUT/build-probe.log" 2>&1 ||
-        { grep -E "error" -A3 "$OUT/build-probe.log" | head -20; continue; }
+      probe_build || continue
       IFS=';' read -ra PAB <<< "${PROBE_AB:-BRASS_CUDA_PDL=1}"
       for e in "${PAB[@]}"; do
         env $e BRASS_PROBE_OUT="$OUT/marks.csv" timeout 200 build-probe/bench/cuda_decode_bench "${SRC[@]}" --depth 0 \
@@ -146,13 +150,10 @@ for s in $STAGES; do
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
       done ;;
     wideprobe)
-      # The same -DBRASS_PROBE build; marks inside matmul_h16_wide_kernel's last split call
+      # Marks inside matmul_h16_wide_kernel's last split call
       # (wo) of a batched step at each of PROBE_STREAMS (bench/cuda_wide_marks.py).
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
-      cmake -S . -B build-probe -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" -DCMAKE_CUDA_FLAGS=-DBRASS_PROBE \
-        -DCMAKE_CXX_FLAGS=-DBRASS_PROBE > "$OUT/cmake-probe.log" 2>&1 &&
-        cmake --build build-probe --target cuda_decode_bench -j16 > "$OUT/build-probe.log" 2>&1 ||
-        { grep -E "error" -A3 "$OUT/build-probe.log" | head -20; continue; }
+      probe_build || continue
       for s in ${PROBE_STREAMS:-64 32}; do
         rm -f "$OUT/marks.csv"
         BRASS_PROBE_OUT="$OUT/marks.csv" timeout 100 build-probe/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 \
