@@ -308,16 +308,16 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // for null. xrow[j]: this lane's column row of tile j + 8t, its negated twin at xrow[j] +
 // neg; xdrow[j]: the column's N / 32 scales; tile 1 only when `two`. Warp w takes K steps
 // w, w + KS, ...
-// The loop keeps one K step's loads in flight a warp (about 2 KB for gate/up), too few to
-// cover DRAM latency with 16 warps an SM (ncu at 32 streams: long-scoreboard stalls most
-// of the time), but three ways to keep more in flight measured slower at 32 streams on the
-// H200 (4,406-4,421 tok/s without): a cp.async ring of every operand, 2 or 3 stages a warp
-// (it hid the latency but cost more integer and shared-memory instructions than it saved),
-// 4,279 / 4,264; a bulk L2 prefetch of each block's whole rows at its start, 4,130; each
-// lane asking L2 for one row's bytes 1 or 2 steps ahead (prefetch.global.L2), 3,124 / 3,225.
-// P (1 or 2): K steps whose loads a warp issues before computing the first of them (2: a
-// second step's ~2 KB in flight while the first computes, for kernels with registers to
-// spare).
+// With P = 1 the loop keeps one K step's loads in flight a warp (about 2 KB for gate/up),
+// too few to cover DRAM latency with 16 warps an SM (ncu at 32 streams: long-scoreboard
+// stalls most of the time). Three ways to keep more in flight measured slower at 32
+// streams on the H200 (4,406-4,421 tok/s without): a cp.async ring of every operand, 2 or
+// 3 stages a warp (it hid the latency but cost more integer and shared-memory instructions
+// than it saved), 4,279 / 4,264; a bulk L2 prefetch of each block's whole rows at its
+// start, 4,130; each lane asking L2 for one row's bytes 1 or 2 steps ahead
+// (prefetch.global.L2), 3,124 / 3,225. What did pay (session 18, +1 to +1.5%): P = 2, the
+// loads of two K steps issued before computing the first, in registers, in the kernels
+// that have the registers to spare (cuda_moe_mma.cu picks per kernel).
 template <int N, int NM, int NT = 1, int KS = kKs, int P = 1>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], int64_t neg,
