@@ -904,10 +904,6 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
 // (keys a used split gets at least; default one tile) and BRASS_CUDA_ATTN_DEC_SPLITS (most
 // splits per kv head; default one wave of blocks).
-static int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::atoi(v) > 0 ? std::atoi(v) : 0;
-}
 // The decode kernel of a cache type: tensor cores for f16, CUDA cores for f32.
 template <int D, class KV>
 static constexpr auto dec_kernel() {

@@ -38,6 +38,12 @@ inline bool knob_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && std::strcmp(v, "0") == 0);
 }
+// Numeric measurement knob: the variable's value if it is a positive integer, else dflt
+// (so 0 cannot be asked for: it means the default).
+inline int env_int(const char* name, int dflt = 0) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
+}
 
 // Launch with programmatic stream serialization (see cuda_common.cuh) unless disabled
 // (set_pdl(false), or BRASS_CUDA_PDL=0 in the backend).

@@ -302,8 +302,7 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
   const int e0 = z * kElems / ksplit, e1 = (z + 1) * kElems / ksplit;
   for (int eg = e0 + static_cast<int>(threadIdx.x); eg < e1; eg += kGroup * kThreads) {
     float sum[kGroup];
-    int64_t at[kGroup];  // the element's offset in y, -1: not stored
-    float* y[kGroup];
+    float* dst[kGroup];  // the element in y, null: not stored
 #pragma unroll
     for (int u = 0; u < kGroup; ++u) {
       const int e = eg + u * kThreads;
@@ -313,12 +312,10 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
       const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
       const int rr = c_row(l >> 2, mt, c);
       sum[u] = 0.f;  // added in split order
-      at[u] = -1;
-      y[u] = nullptr;
+      dst[u] = nullptr;
       if (e < e1 && wt < ps.end[2] && tc < n_tok) {
         const Parts::One o = ps.at(wt);
-        y[u] = o.y;
-        at[u] = static_cast<int64_t>(tc) * o.w.rows + o.r0 + rr;
+        dst[u] = o.y + static_cast<int64_t>(tc) * o.w.rows + o.r0 + rr;
 #pragma unroll
         for (int r = 0; r < 8; ++r)
           if (r < ksplit) sum[u] += cluster.map_shared_rank(&red[0][0][0], r)[e];
@@ -327,7 +324,7 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
     }
 #pragma unroll
     for (int u = 0; u < kGroup; ++u)
-      if (at[u] >= 0) y[u][at[u]] = sum[u];
+      if (dst[u]) *dst[u] = sum[u];
   }
   // No block leaves while another may read its shared memory. Relaxed: every value loaded
   // from a peer feeds a store to y above, which issues only once the load has returned,
@@ -461,12 +458,8 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(const float* __restr
 // resets the tickets it used), so the tiles of a split launch are limited to it.
 constexpr int64_t kMaxTickets = 16384;
 
-// Measurement knobs, read once: BRASS_CUDA_MMA_DENSE_NT caps the token tiles per pass
-// (1, 2, 4, 8: 8..64 tokens), BRASS_CUDA_MMA_BLOCKS_PER_SM the K split's target.
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
-}
+// Measurement knobs, read once (env_int): BRASS_CUDA_MMA_DENSE_NT caps the token tiles per
+// pass (1, 2, 4, 8: 8..64 tokens), BRASS_CUDA_MMA_BLOCKS_PER_SM the K split's target.
 // Default 4 (32 tokens per pass; 64 tokens read the weight twice, the second time mostly
 // from L2): at 64 tokens on the H200 q/k/v 0.077 -> 0.062 ms, wo 0.030 -> 0.022, output
 // head 0.78 -> 0.56 against 8 (64 tokens per pass: 2 x 8 x 4 accumulators per thread).

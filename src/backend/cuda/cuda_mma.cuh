@@ -56,14 +56,19 @@ __device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
   return ((mx_pos_part(v) | 0x80808080u) - mx_neg_part(~v)) ^ 0x80808080u;
 }
 
-// c += one MXFP4 K-step half of a lane by the two-part decode: codes lo / hi (its words of
-// rows g / g + 8) times activations bv, and the negative codes' magnitudes times their
-// negated twin bn (w = P - N, one int32 accumulator).
-__device__ __forceinline__ void mma_mx_pn(int (&c)[4], uint32_t lo, uint32_t hi, uint2 bv, uint2 bn) {
+// The two-part decode of a lane's MXFP4 K-step half: codes lo / hi (its words of rows g /
+// g + 8) as the A fragments of the positive codes' magnitudes (p) and of the negative
+// codes' (n); the MMA loops multiply p with the activations and n with their negated twin
+// into one int32 accumulator (w = P - N).
+struct MxPN {
+  uint32_t p[4], n[4];
+};
+__device__ __forceinline__ MxPN mx_pn(uint32_t lo, uint32_t hi) {
   const uint32_t nlo = ~lo, nhi = ~hi;
-  mma_s8(c, mx_pos_part(lo), mx_pos_part(hi), mx_pos_part(lo >> 16), mx_pos_part(hi >> 16), bv.x, bv.y);
-  mma_s8(c, mx_neg_part(nlo), mx_neg_part(nhi), mx_neg_part(nlo >> 16), mx_neg_part(nhi >> 16), bn.x, bn.y);
+  return {{mx_pos_part(lo), mx_pos_part(hi), mx_pos_part(lo >> 16), mx_pos_part(hi >> 16)},
+          {mx_neg_part(nlo), mx_neg_part(nhi), mx_neg_part(nlo >> 16), mx_neg_part(nhi >> 16)}};
 }
+
 
 // Position of element e (0..31) of a Q8_0-activation group in MMA order: words (e / 4) and
 // (e / 4 + 4) of the natural order side by side.
@@ -206,7 +211,9 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
               int c[4] = {0, 0, 0, 0};
-              mma_mx_pn(c, lo, hi, st.bv[j][blk], st.bn[j][blk]);
+              const MxPN d = mx_pn(lo, hi);  // P times the activations, N times their negated twin
+              mma_s8(c, d.p[0], d.p[1], d.p[2], d.p[3], st.bv[j][blk].x, st.bv[j][blk].y);
+              mma_s8(c, d.n[0], d.n[1], d.n[2], d.n[3], st.bn[j][blk].x, st.bn[j][blk].y);
               scale_acc(acc[m][mt][j], c, ws0, ws1, st.xs[j][blk]);
             }
           } else {
@@ -279,10 +286,7 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
         const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
-        const uint32_t nlo = ~lo, nhi = ~hi;
-        const uint32_t p0 = mx_pos_part(lo), p1 = mx_pos_part(hi), p2 = mx_pos_part(lo >> 16), p3 = mx_pos_part(hi >> 16);
-        const uint32_t n0 = mx_neg_part(nlo), n1 = mx_neg_part(nhi), n2 = mx_neg_part(nlo >> 16),
-                       n3 = mx_neg_part(nhi >> 16);
+        const MxPN d = mx_pn(lo, hi);  // decoded once for every tile
         float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -294,8 +298,8 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
         for (int j = 0; j < NT; ++j) {
           if (j > 0 && !two) break;
           int c[4] = {0, 0, 0, 0};
-          mma_s8(c, p0, p1, p2, p3, bv[j][blk].x, bv[j][blk].y);
-          mma_s8(c, n0, n1, n2, n3, bn[j][blk].x, bn[j][blk].y);
+          mma_s8(c, d.p[0], d.p[1], d.p[2], d.p[3], bv[j][blk].x, bv[j][blk].y);
+          mma_s8(c, d.n[0], d.n[1], d.n[2], d.n[3], bn[j][blk].x, bn[j][blk].y);
           scale_acc(acc[m][mt][j], c, w[0], w[1], xs[j][blk]);
         }
       }
@@ -408,18 +412,23 @@ __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
   __syncthreads();
 }
 
-// A warp's share of a K split: the warp's partial sums of one tile (NA floats per lane,
-// split z of ksplit) go to part[tile] (ksplit, NA, 32); the last warp of the tile to
-// finish (a ticket per tile) adds the ksplit partials in split order (deterministic: the
-// same sum whichever warp comes last) and resets the ticket. Returns true in that warp,
-// which then holds the tile's final sums in acc.
-template <int NA>
-__device__ __forceinline__ bool finish_split_warp(float* acc, float* part, unsigned* tickets, int64_t tile, int z,
-                                                  int ksplit) {
-  const int lane = threadIdx.x % kWarp;
+// After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z
+// ranges): the block's warps are summed into warp 0 (reduce_warps); with a K split, warp
+// 0 leaves that partial (NA floats per lane) in part[tile] (ksplit, NA, 32), tile y *
+// gridDim.x + x, and the last block of the tile to finish (a ticket per tile) adds the
+// ksplit partials in split order (deterministic: the same sum whichever block comes last)
+// and resets the ticket. Returns true for the threads that hold the tile's final sums
+// (warp 0 of the last block).
+template <int NA, int KS>
+__device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp], float* part, unsigned* tickets) {
+  reduce_warps<NA, KS>(acc, red);
+  const int ksplit = static_cast<int>(gridDim.z), lane = threadIdx.x % kWarp;
+  if (threadIdx.x >= kWarp) return false;
+  if (ksplit == 1) return true;
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
   float* const tile_part = part + tile * ksplit * NA * kWarp;
 #pragma unroll
-  for (int i = 0; i < NA; ++i) tile_part[(static_cast<int64_t>(z) * NA + i) * kWarp + lane] = acc[i];
+  for (int i = 0; i < NA; ++i) tile_part[(static_cast<int64_t>(blockIdx.z) * NA + i) * kWarp + lane] = acc[i];
   __threadfence();  // the partial is visible before the ticket is taken
   __syncwarp();
   unsigned ticket = 0;
@@ -433,20 +442,6 @@ __device__ __forceinline__ bool finish_split_warp(float* acc, float* part, unsig
     for (int i = 0; i < NA; ++i) acc[i] += __ldcg(tile_part + (static_cast<int64_t>(s) * NA + i) * kWarp + lane);
   if (lane == 0) tickets[tile] = 0;
   return true;
-}
-
-// After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z
-// ranges): the block's warps are summed into warp 0 (reduce_warps); with a K split, warp
-// 0 finishes the tile's split (finish_split_warp, tile y * gridDim.x + x). Returns true for
-// the threads that hold the tile's final sums (warp 0 of the last block).
-template <int NA, int KS>
-__device__ __forceinline__ bool finish_split_tile(float* acc, float (*red)[kWarp], float* part, unsigned* tickets) {
-  reduce_warps<NA, KS>(acc, red);
-  const int ksplit = static_cast<int>(gridDim.z);
-  if (threadIdx.x >= kWarp) return false;
-  if (ksplit == 1) return true;
-  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  return finish_split_warp<NA>(acc, part, tickets, tile, static_cast<int>(blockIdx.z), ksplit);
 }
 
 // Row (within the block's 32) of a thread's C fragment c in m-tile mt.

@@ -167,8 +167,7 @@ struct MoeMmaBufs {
 
 // A forced K-step count (1 or 2) from the environment; 0: the default choice.
 int env_steps(const char* name) {
-  const char* v = std::getenv(name);
-  const int n = v ? std::atoi(v) : 0;
+  const int n = env_int(name);
   return n == 1 || n == 2 ? n : 0;
 }
 
