@@ -168,6 +168,7 @@ void op_costs(model::Model& m) {
          be.moe({.x = xn->as<float>(), .ids = rids->as<int32_t>(), .weights = rw->as<float>(), .gate = L.gate_exps, .up = L.up_exps, .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b, .out = proj->as<float>(), .n_tok = 1, .k = c.n_expert_used}); }},
       {"matmul output (q8)", mb(m.weights().output), [&] { be.matmul({.w = m.weights().output, .x = xn->as<float>(), .y = lg->as<float>(), .n_tok = 1}); }},
       {"argmax (201088)", c.n_vocab * 4.0, [&] { be.argmax({.x = lg->as<float>(), .out = tok->as<int32_t>(), .n_rows = 1, .n = c.n_vocab}); }},
+      {"output head + pick", mb(m.weights().output), [&] { be.output_head({.mm = {.w = m.weights().output, .x = xn->as<float>(), .y = lg->as<float>(), .n_tok = 1}, .pick = {.out = tok->as<int32_t>()}}); }},
   };
   be.upload(rids->data(), ids.data(), 16);
   std::printf("%-26s %9s %9s\n", "op (steady state, graph)", "us", "GB/s");

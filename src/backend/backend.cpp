@@ -72,6 +72,16 @@ void Backend::moe_block_tail(const MoeBlockArgs& a) {
     add({.y = a.y, .x = m.out, .n = m.n_tok * n_embd});
 }
 
+void Backend::output_head(const OutputHeadArgs& a) {
+  matmul(a.mm);
+  if (!a.pick.out) return;
+  ArgmaxArgs p = a.pick;
+  p.x = a.mm.y;
+  p.n_rows = a.mm.n_tok;
+  p.n = a.mm.w.ne[1];
+  argmax(p);
+}
+
 void Backend::argmax(const ArgmaxArgs& a) {
   for (int64_t r = 0; r < a.n_rows; ++r) {
     const float* x = a.x + r * a.n;

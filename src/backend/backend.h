@@ -293,6 +293,16 @@ struct ArgmaxArgs {
   int32_t* history = nullptr;  // (n_ctx) token per position, or null
 };
 
+// The output head: mm (y = x W^T + bias for mm.n_tok rows); with pick.out set, then the
+// greedy pick of those rows as argmax() with pick's other fields (pick.x, .n_rows and .n
+// are taken from mm). The model sends every output head through here, so a backend may
+// compute single rows its own way (the CUDA backend: one launch for the head and the pick)
+// and still give a forward() and a greedy decode step the same logits.
+struct OutputHeadArgs {
+  MatmulArgs mm;
+  ArgmaxArgs pick;  // out == nullptr: logits only
+};
+
 // Token sampling (backend/sampling.h defines the draw): out[r] = the token drawn from row
 // r of x with params[r] (temperature <= 0: argmax). params lives in backend memory, so a
 // recorded launch reads each replay's values (new seeds, counters) from there.
@@ -377,6 +387,7 @@ class Backend {
   virtual uint64_t download_async(void* host_dst, const void* src, size_t bytes);
   virtual void await(uint64_t ticket);
   virtual void argmax(const ArgmaxArgs& a);  // default: host loop (host-memory backends)
+  virtual void output_head(const OutputHeadArgs& a);  // default: matmul, then argmax
   virtual void sample(const SampleArgs& a);  // default: backend::sample_row per row (host memory)
   // Record the ops `record` issues into a Graph (instead of running them). Default:
   // unsupported (an error status).

@@ -516,11 +516,9 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
     be.gather_rows({.x = x, .rows = out_rows_->as<int32_t>(), .out = ox, .n_rows = n_out, .n = c.n_embd});
     be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
   }
-  be.matmul({.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out});
-  if (greedy) {
-    be.argmax({.x = lg, .out = tok_->as<int32_t>(), .n_rows = 1, .n = c.n_vocab, .pos = pos_->as<int32_t>(),
-               .history = history_->as<int32_t>()});
-  }
+  backend::ArgmaxArgs pick;  // greedy: the pick feeds the next step (token, position, history)
+  if (greedy) pick = {.out = tok_->as<int32_t>(), .pos = pos_->as<int32_t>(), .history = history_->as<int32_t>()};
+  be.output_head({.mm = {.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out}, .pick = pick});
 }
 
 Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out) {

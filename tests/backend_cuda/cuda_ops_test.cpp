@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/sampling.h"
 #include "core/half.h"
 #include "cuda_test_util.h"
 #include "model/rope.h"
@@ -963,27 +965,85 @@ TEST(CudaOps, ArgmaxTiesAndFeedback) {
   Fix f;
   SEED_TRACE(f.rng);
   const int64_t n = 201088;
-  auto x = f.rng.vec(2 * n, -5, 5);
+  auto x = f.rng.vec(3 * n, -5, 5);
   const int a = f.rng.integer(0, n - 1), b = f.rng.integer(0, n - 1);
   x[std::max(a, b)] = 7.0f;  // a tie in row 0: the lower index must win
   x[std::min(a, b)] = 7.0f;
   x[n + 123456] = 9.0f;
-  std::vector<int32_t> out(2), pos = {10, 20}, hist(40, -1);
-  f.cpu->argmax({.x = x.data(), .out = out.data(), .n_rows = 2, .n = n, .pos = pos.data(), .history = hist.data()});
+  for (int i = 0; i < 64; ++i) x[n + f.rng.integer(0, n - 1)] = std::nanf("");  // NaN never wins (row 1)
+  x[n + 123456] = 9.0f;
+  for (int64_t i = 2 * n; i < 3 * n; ++i) x[i] = std::nanf("");  // an all-NaN row picks 0
+  std::vector<int32_t> out(3), pos = {10, 20, 30}, hist(40, -1);
+  f.cpu->argmax({.x = x.data(), .out = out.data(), .n_rows = 3, .n = n, .pos = pos.data(), .history = hist.data()});
   EXPECT_EQ(out[0], std::min(a, b));
   EXPECT_EQ(out[1], 123456);
-  Dev dx = Dev::from(*f.gpu, x), dout = Dev::poisoned<int32_t>(*f.gpu, 2), dp = Dev::from(*f.gpu, std::vector<int32_t>{10, 20}),
-      dh = Dev::from(*f.gpu, std::vector<int32_t>(40, -1));
+  EXPECT_EQ(out[2], 0);
+  Dev dx = Dev::from(*f.gpu, x), dout = Dev::poisoned<int32_t>(*f.gpu, 3),
+      dp = Dev::from(*f.gpu, std::vector<int32_t>{10, 20, 30}), dh = Dev::from(*f.gpu, std::vector<int32_t>(40, -1));
   for (int rep = 0; rep < 2; ++rep)  // twice: the completion counters must reset
-    f.gpu->argmax({.x = dx.as<float>(), .out = dout.as<int32_t>(), .n_rows = 2, .n = n, .pos = dp.as<int32_t>(),
+    f.gpu->argmax({.x = dx.as<float>(), .out = dout.as<int32_t>(), .n_rows = 3, .n = n, .pos = dp.as<int32_t>(),
                    .history = dh.as<int32_t>()});
-  EXPECT_EQ(dout.get<int32_t>(2), out);
-  EXPECT_EQ(dp.get<int32_t>(2), (std::vector<int32_t>{12, 22}));
+  EXPECT_EQ(dout.get<int32_t>(3), out);
+  EXPECT_EQ(dp.get<int32_t>(3), (std::vector<int32_t>{12, 22, 32}));
   auto h = dh.get<int32_t>(40);
   EXPECT_EQ(h[11], out[0]);
   EXPECT_EQ(h[12], out[0]);
   EXPECT_EQ(h[21], out[1]);
   EXPECT_EQ(h[22], out[1]);
+}
+
+// The output head of one row (cuda_head.cu: the head and the greedy pick in one launch)
+// against the q8x twin (the reference matmul on the Q8_0 round trip of x), then the pick
+// against the host argmax of the very logits the kernel wrote: two identical weight rows
+// planted as the largest logit (a tie: the lower row wins), pos / history fed back, twice
+// (the ticket resets), and the logits-only launch giving the same bits. Shapes: the
+// gpt-oss head (201,088 x 2,880), the tiny models' (96 x 64), rows not a multiple of 8,
+// and n = 4096 (a lane's last batch runs past the row's end).
+TEST(CudaOps, OutputHeadPickMatchesTwin) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  struct Case { int64_t n_in, rows; bool bias; };
+  for (const Case c : {Case{2880, 201088, false}, Case{64, 96, false}, Case{128, 1001, true}, Case{4096, 517, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.n_in << " x " << c.rows);
+    const auto x = f.rng.vec(c.n_in);
+    std::vector<float> rows(c.n_in * c.rows);
+    for (auto& v : rows) v = f.rng.uni(-1.f, 1.f);
+    const int lo = f.rng.integer(0, static_cast<int>(c.rows) - 2);
+    const int hi = f.rng.integer(lo + 1, static_cast<int>(c.rows) - 1);
+    for (int64_t i = 0; i < c.n_in; ++i) rows[lo * c.n_in + i] = rows[hi * c.n_in + i] = x[i] > 0 ? 1.f : -1.f;
+    std::vector<uint8_t> bytes(row_bytes(DType::Q8_0, c.n_in) * c.rows);
+    for (int64_t r = 0; r < c.rows; ++r)
+      quant::quantize_row(DType::Q8_0, rows.data() + r * c.n_in, bytes.data() + r * row_bytes(DType::Q8_0, c.n_in),
+                          c.n_in);
+    WeightView w{.type = DType::Q8_0, .data = bytes.data(), .ne = {c.n_in, c.rows, 1, 1}};
+    auto bias = c.bias ? f.rng.vec(c.rows, -0.01f, 0.01f) : std::vector<float>{};
+    if (c.bias) bias[hi] = bias[lo];
+    std::vector<float> want(c.rows);
+    const auto xr = q8_roundtrip(x, c.n_in);
+    f.cpu->matmul({.w = w, .bias = c.bias ? bias.data() : nullptr, .x = xr.data(), .y = want.data(), .n_tok = 1});
+    const WeightView gw = on_gpu(*f.gpu, w);
+    Dev dx = Dev::from(*f.gpu, x), db = Dev::from(*f.gpu, bias), dy = Dev::poisoned<float>(*f.gpu, c.rows),
+        dy2 = Dev::poisoned<float>(*f.gpu, c.rows), dout = Dev::poisoned<int32_t>(*f.gpu, 1),
+        dp = Dev::from(*f.gpu, std::vector<int32_t>{5}), dh = Dev::from(*f.gpu, std::vector<int32_t>(10, -1));
+    const MatmulArgs mm{.w = gw, .bias = c.bias ? db.as<float>() : nullptr, .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = 1};
+    for (int rep = 0; rep < 2; ++rep)
+      f.gpu->output_head({.mm = mm, .pick = {.out = dout.as<int32_t>(), .pos = dp.as<int32_t>(), .history = dh.as<int32_t>()}});
+    const auto got = dy.get<float>(c.rows);
+    expect_close(got, want, 2e-5, 1e-5, "head logits");
+    EXPECT_EQ(got[lo], got[hi]);
+    EXPECT_EQ(argmax_row(got), lo);
+    EXPECT_EQ(dout.get<int32_t>(1)[0], lo);
+    EXPECT_EQ(dp.get<int32_t>(1)[0], 7);
+    const auto h = dh.get<int32_t>(10);
+    EXPECT_EQ(h[6], lo);
+    EXPECT_EQ(h[7], lo);
+    MatmulArgs only = mm;
+    only.y = dy2.as<float>();
+    f.gpu->output_head({.mm = only});
+    const auto got2 = dy2.get<float>(c.rows);
+    EXPECT_EQ(0, std::memcmp(got2.data(), got.data(), got.size() * 4)) << "logits-only launch differs";
+  }
 }
 
 TEST(CudaOps, GraphReplaysWithNewInputs) {

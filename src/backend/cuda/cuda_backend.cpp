@@ -159,8 +159,8 @@ class CudaBackend final : public Backend {
         mma_h16_min_tok_(mma_h16_min_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
-    for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &kvtab_, &attntab_, &mma_,
-                        &mma_dense_, &block_, &block_counter_, &nr_counter_})
+    for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &head_parts_, &head_ticket_,
+                        &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -496,6 +496,20 @@ class CudaBackend final : public Backend {
     unsigned* counter = static_cast<unsigned*>(argmax_counter_.get(a.n_rows * sizeof(unsigned)));
     launch_argmax({a.x, a.out, a.n_rows, a.n, a.pos, a.history}, partial, counter, st_);
   }
+  // One row of a Q8_0 head: cuda_head.cu (the pick in the same launch); else composed.
+  void output_head(const OutputHeadArgs& a) override {
+    if (updating_) return;
+    const DevW w = dev_weight(a.mm.w);
+    if (!q8x_ || !head_supported(w, a.mm.n_tok)) {
+      Backend::output_head(a);
+      return;
+    }
+    const bool pick = a.pick.out != nullptr;
+    void* parts = pick ? head_parts_.get(static_cast<size_t>(head_parts(w)) * 8) : nullptr;
+    unsigned* ticket = pick ? head_ticket_.as<unsigned>(1) : nullptr;
+    launch_head({w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, pick ? a.pick.pos : nullptr, pick ? a.pick.history : nullptr},
+                parts, ticket, st_);
+  }
   void sample(const SampleArgs& a) override {
     if (!updating_) launch_sample({a.x, a.params, a.out, a.n_rows, a.n}, st_);
   }
@@ -608,7 +622,7 @@ class CudaBackend final : public Backend {
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
-  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, head_parts_, head_ticket_, kvtab_, attntab_, mma_, mma_dense_;
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)

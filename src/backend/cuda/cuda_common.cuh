@@ -226,6 +226,62 @@ __device__ __forceinline__ void row_dot(const DevW& w, int64_t r, const float* _
   }
 }
 
+// Argmax candidates: (value, index), index < 0 for none. The order of argmax_row
+// (sampling.h): NaN never wins (an all-NaN row leaves none: the callers write 0), ties go
+// to the lower index, so any reduction tree gives the same pick.
+struct ArgBest { float v; int i; };
+__device__ __forceinline__ ArgBest arg_better(ArgBest a, ArgBest b) {
+  if (b.i < 0 || b.v != b.v) return a;
+  if (a.i < 0 || a.v != a.v) return b;
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+// The best of a warp's candidates, in every lane.
+__device__ __forceinline__ ArgBest warp_best(ArgBest b) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    b = arg_better(b, ArgBest{__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)});
+  return b;
+}
+
+// The end of one block's share of a row's argmax (every thread of the block calls it
+// with its candidate b): the block's best goes to parts[slot]; the block that takes the
+// last of n_parts tickets reduces the parts and writes the pick (0 for an all-NaN row,
+// like argmax_row) to *out, and with pos set also history[*pos + 1] = pick (when
+// history is set) and *pos += 1 (greedy feedback: the next step's token and position);
+// then resets the ticket (a captured graph replays from 0). sh: 32 entries of shared memory.
+__device__ __forceinline__ void argmax_finish(ArgBest b, ArgBest* parts, unsigned n_parts, unsigned slot,
+                                              unsigned* ticket, int32_t* out, int32_t* pos, int32_t* history,
+                                              ArgBest* sh) {
+  __shared__ bool last;
+  const int warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  b = warp_best(b);
+  if (threadIdx.x % kWarp == 0) sh[warp] = b;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; ++w) b = arg_better(b, sh[w]);
+    parts[slot] = b;
+    last = ticket_acq_rel(ticket) == n_parts - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  ArgBest best{-INFINITY, -1};
+  for (unsigned k = threadIdx.x; k < n_parts; k += blockDim.x) best = arg_better(best, ArgBest{__ldcg(&parts[k].v), __ldcg(&parts[k].i)});
+  best = warp_best(best);
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) sh[warp] = best;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < nw; ++w) best = arg_better(best, sh[w]);
+  const int r = best.i < 0 ? 0 : best.i;
+  *out = r;
+  if (pos) {
+    if (history) history[*pos + 1] = r;
+    *pos += 1;
+  }
+  *ticket = 0;
+}
+
 // The softmax over the k picked logits w[0..k) (w[0] the largest), in place, by lane 0.
 __device__ __forceinline__ void topk_softmax_warp(float* w, int64_t k, int lane) {
   __syncwarp();

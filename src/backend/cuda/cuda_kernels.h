@@ -218,6 +218,15 @@ void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStrea
 // Re-lay a ggml Q8_0 / MXFP4 tensor (src, device) into the split layout (dst, device).
 void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
 
+// ---- cuda_head.cu ----
+// One row of the output head, y = x W^T (+ bias), and with out set the greedy pick of y
+// (ArgmaxP's pos / history feedback). Q8_0, n_in % 64 == 0.
+struct HeadP { DevW w; const float* bias; const float* x; float* y; int32_t* out; int32_t* pos; int32_t* history; };
+bool head_supported(const DevW& w, int64_t n_tok);
+// parts: 8 * head_parts(w) bytes of scratch; ticket: one unsigned, zeroed once (left zeroed).
+int head_parts(const DevW& w);
+void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st);
+
 // ---- cuda_attention.cu ----
 void launch_kv_store(const KvStoreP& a, cudaStream_t st);
 // Partials the launch needs, after a header of ticket counters (one-launch decode): the

@@ -140,7 +140,8 @@ template <bool ADD>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(float* y, const float* __restrict__ x,
                                                         const float* __restrict__ w, float* out, int64_t n,
                                                         float eps) {
-  pdl_trigger();  // launched normally: dependents may start prefetching
+  pdl_wait();
+  pdl_trigger();
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   float* yr = y + row * n;
@@ -250,18 +251,11 @@ __global__ void router_kernel(const float* __restrict__ logits, int32_t* ids, fl
   pick_experts(logits + t * n_expert, static_cast<int>(n_expert), static_cast<int>(k), ids + t * k, wts + t * k, lane);
 }
 
-struct ArgBest { float v; int i; };
-__device__ __forceinline__ ArgBest arg_better(ArgBest a, ArgBest b) {
-  if (b.i < 0) return a;
-  if (a.i < 0) return b;
-  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
-  return a;
-}
-
 // grid (kArgmaxBlocks, n_rows); the last block of a row to finish reduces the partials
 // and resets the row's counter (so a captured graph can replay it).
 __global__ void argmax_kernel(ArgmaxP a, ArgBest* partial, unsigned* counter) {
-  pdl_trigger();  // launched normally: dependents may start prefetching
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.y;
   const float* x = a.x + row * a.n;
   ArgBest b{-INFINITY, -1};
@@ -269,44 +263,8 @@ __global__ void argmax_kernel(ArgmaxP a, ArgBest* partial, unsigned* counter) {
   const int64_t i0 = blockIdx.x * per, i1 = min(a.n, i0 + per);
   for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) b = arg_better(b, ArgBest{x[i], static_cast<int>(i)});
   __shared__ ArgBest sh[32];
-  __shared__ bool last;
-  for (int o = 16; o > 0; o >>= 1) {
-    ArgBest ob{__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o)};
-    b = arg_better(b, ob);
-  }
-  if (threadIdx.x % kWarp == 0) sh[threadIdx.x / kWarp] = b;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) b = arg_better(b, sh[w]);
-    partial[row * gridDim.x + blockIdx.x] = b;
-    __threadfence();
-    last = atomicAdd(&counter[row], 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // The last block reduces the partials with all its threads.
-  ArgBest best{-INFINITY, -1};
-  for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
-    const volatile ArgBest* p = partial + row * gridDim.x + k;
-    best = arg_better(best, ArgBest{p->v, p->i});
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    ArgBest ob{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
-    best = arg_better(best, ob);
-  }
-  __syncthreads();
-  if (threadIdx.x % kWarp == 0) sh[threadIdx.x / kWarp] = best;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) best = arg_better(best, sh[w]);
-  const int r = best.i < 0 ? 0 : best.i;  // all-NaN row: 0, like the host loop
-  a.out[row] = r;
-  if (a.pos) {
-    if (a.history) a.history[a.pos[row] + 1] = r;
-    a.pos[row] += 1;
-  }
-  counter[row] = 0;
+  argmax_finish(b, partial + row * gridDim.x, gridDim.x, blockIdx.x, &counter[row], a.out + row,
+                a.pos ? a.pos + row : nullptr, a.history, sh);
 }
 
 // One thread per block of 32 elements.
@@ -360,9 +318,11 @@ void launch_rms_norm(const RmsP& a, bool add, cudaStream_t st) {
   if (a.n_rows <= 0) return;
   // Without add, out may alias y: each thread re-reads only elements it owns.
   if (add)
-    rms_norm_kernel<true><<<static_cast<unsigned>(a.n_rows), 1024, 0, st>>>(a.y, a.x, a.weight, a.out, a.n, a.eps);
+    launch_pdl(rms_norm_kernel<true>, dim3(static_cast<unsigned>(a.n_rows)), dim3(1024), 0, st, a.y, a.x, a.weight,
+               a.out, a.n, a.eps);
   else
-    rms_norm_kernel<false><<<static_cast<unsigned>(a.n_rows), 1024, 0, st>>>(a.y, nullptr, a.weight, a.out, a.n, a.eps);
+    launch_pdl(rms_norm_kernel<false>, dim3(static_cast<unsigned>(a.n_rows)), dim3(1024), 0, st, a.y,
+               static_cast<const float*>(nullptr), a.weight, a.out, a.n, a.eps);
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -406,7 +366,7 @@ void launch_router(const RouterP& a, cudaStream_t st) {
 void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStream_t st) {
   if (a.n_rows <= 0) return;
   dim3 grid(kArgmaxBlocks, static_cast<unsigned>(a.n_rows));
-  argmax_kernel<<<grid, 256, 0, st>>>(a, static_cast<ArgBest*>(partial), counter);
+  launch_pdl(argmax_kernel, grid, dim3(256), 0, st, a, static_cast<ArgBest*>(partial), counter);
   BRASS_CUDA_LAUNCHED();
 }
 

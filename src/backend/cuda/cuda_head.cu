@@ -1,0 +1,161 @@
+// The output head of one decode token: y = x W^T (+ bias) for a big Q8_0 matrix (gpt-oss:
+// 201,088 x 2,880, 615 MB), optionally with the greedy pick (argmax, cuda_common.cuh's
+// order) fused into the same launch.
+//
+// Why a kernel of its own: the streaming q8x kernel (cuda_q8.cu) gives each warp one row
+// pair at a time, a lane every 32nd 16-byte chunk: 180 chunks a row are 5.6 a lane, so a
+// row pair costs two dependent rounds of loads (4 unrolled steps, then the ragged rest),
+// and the argmax after it re-reads the 804 KB of logits in a launch of its own (H200,
+// CUPTI trace: head 164 us, 3.75 TB/s, + argmax 8.2 us). Here a warp takes 8 consecutive
+// rows (a group), 4 lanes a row: lane j of a row reads its chunks j, j + 4, ..., so every
+// load instruction of the warp reads 8 rows x 64 contiguous bytes (whole sectors) and a
+// row's sum needs two shuffles. A lane issues kBatch chunks' loads (with their scales)
+// before it computes on any of them. The grid is persistent (blocks to fill the SMs once,
+// warps walking groups with the grid's stride, so the whole GPU sweeps the matrix front to
+// back), and each warp's first batch loads before the PDL wait (the weights are static).
+// With the pick, a row's lane 0 keeps the best (value, row) it wrote; the block's best goes
+// to a partial and the last block to finish picks (argmax_finish): no second launch.
+//
+// Numerics: the q8x twin (the reference matmul on the Q8_0 round trip of x, as
+// quantize_x_smem does it); per row the chunks are summed in another order than
+// matmul_q8x_kernel's, so the two differ by float rounding. The model sends every output
+// head through Backend::output_head, which takes this kernel for one row with or without
+// the pick, so a greedy decode step and a forward() of the same token give the same
+// logits bit for bit.
+#include "backend/cuda/cuda_common.cuh"
+
+namespace brass::backend::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kGroup = 8;      // rows a warp takes at once (4 lanes a row)
+constexpr int kBatch = 9;      // chunks a lane loads before computing (2880 columns: 45 a lane, 5 batches)
+constexpr int kMinBlocks = 3;  // blocks an SM (register cap 85: kBatch x 5 words in flight)
+
+struct Batch {
+  int4 q[kBatch];
+  unsigned short s[kBatch];  // the chunk's block scale (f16 bits)
+};
+
+// Batch b of a lane's chunks of row r (cr chunks of 16 quants): chunks j + 4 (kBatch b + u).
+__device__ __forceinline__ void load_batch(Batch& bt, const DevW& w, int64_t r, bool live, int j, int b, int cr) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(w.q) + r * w.n_in;
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(w.s) + r * (w.n_in / 32);
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const int c = j + 4 * (kBatch * b + u);
+    const bool ok = live && c < cr;
+    bt.q[u] = ok ? __ldg(reinterpret_cast<const int4*>(q + 16 * c)) : make_int4(0, 0, 0, 0);
+    bt.s[u] = ok ? __ldg(s + (c >> 1)) : static_cast<unsigned short>(0);
+  }
+}
+
+__device__ __forceinline__ float dot_batch(const Batch& bt, const int8_t* xq, const float* xd, int j, int b, int cr) {
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const int c = j + 4 * (kBatch * b + u);
+    const int cc = c < cr ? c : 0;  // past the row's end q and s are 0: any x in bounds
+    const int4 a = *reinterpret_cast<const int4*>(xq + 16 * cc);
+    int d = __dp4a(bt.q[u].x, a.x, 0);
+    d = __dp4a(bt.q[u].y, a.y, d);
+    d = __dp4a(bt.q[u].z, a.z, d);
+    d = __dp4a(bt.q[u].w, a.w, d);
+    acc += static_cast<float>(d) * (f16_bits_to_f32(bt.s[u]) * xd[cc >> 1]);
+  }
+  return acc;
+}
+
+// grid: persistent (<= groups); warp w of block b takes groups b * kWarps + w + k * stride.
+template <bool PICK>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ ArgBest sh[kWarp];
+  const DevW& w = p.w;
+  const int n = static_cast<int>(w.n_in), cr = n / 16;
+  const int nb = (cr / 4 + kBatch - 1) / kBatch;  // batches a lane (cr % 4 == 0: n % 64 == 0)
+  int8_t* xq = reinterpret_cast<int8_t*>(smem);
+  float* xd = reinterpret_cast<float*>(smem + n);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, j = lane & 3;
+  const int64_t groups = (w.rows + kGroup - 1) / kGroup, stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  Batch bt;
+  {  // the first batch before the wait: the weights are static
+    const int64_t r = g * kGroup + (lane >> 2);
+    load_batch(bt, w, r, g < groups && r < w.rows, j, 0, cr);
+  }
+  pdl_wait();
+  pdl_trigger();
+  quantize_x_smem(p.x, n, xq, xd);
+  __syncthreads();
+  ArgBest best{-INFINITY, -1};
+  for (; g < groups; g += stride) {
+    const int64_t r = g * kGroup + (lane >> 2);
+    const bool live = r < w.rows;
+    float acc = 0.f;
+    for (int b = 0; b < nb; ++b) {
+      if (b > 0) load_batch(bt, w, r, live, j, b, cr);
+      acc += dot_batch(bt, xq, xd, j, b, cr);
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    if (g + stride < groups) {  // the next group's first batch goes out before this one's stores
+      const int64_t rn = (g + stride) * kGroup + (lane >> 2);
+      load_batch(bt, w, rn, rn < w.rows, j, 0, cr);
+    }
+    if (j == 0 && live) {
+      const float v = acc + (p.bias ? p.bias[r] : 0.f);
+      p.y[r] = v;
+      if constexpr (PICK) best = arg_better(best, ArgBest{v, static_cast<int>(r)});
+    }
+  }
+  if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
+}
+
+size_t head_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
+
+template <bool PICK>
+int head_blocks(int64_t groups) {
+  static const int per_sm = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_q8_kernel<PICK>, kThreads, head_smem(4096)) !=
+        cudaSuccess)
+      b = 1;
+    return b < 1 ? 1 : b;
+  }();
+  const int64_t want = static_cast<int64_t>(per_sm) * sm_count();
+  const int64_t need = (groups + kWarps - 1) / kWarps;
+  return static_cast<int>(want < need ? want : need);
+}
+
+}  // namespace
+
+// BRASS_CUDA_HEAD=0: one-token matmuls of big matrices on the streaming q8x kernel and the
+// greedy pick as its own argmax launch (measurement knob).
+bool head_on() {
+  static const bool on = knob_on("BRASS_CUDA_HEAD");
+  return on;
+}
+
+bool head_supported(const DevW& w, int64_t n_tok) {
+  return head_on() && n_tok == 1 && w.type == kQ8 && w.n_in % 64 == 0 && head_smem(w.n_in) <= 40 * 1024 &&
+         w.rows < (int64_t(1) << 31);
+}
+
+int head_parts(const DevW& w) { return head_blocks<true>((w.rows + kGroup - 1) / kGroup); }
+
+void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st) {
+  const int64_t groups = (p.w.rows + kGroup - 1) / kGroup;
+  const size_t sm = head_smem(p.w.n_in);
+  if (p.out) {
+    launch_pdl(head_q8_kernel<true>, dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
+               static_cast<ArgBest*>(parts), ticket);
+  } else {
+    launch_pdl(head_q8_kernel<false>, dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
+               p, static_cast<ArgBest*>(nullptr), static_cast<unsigned*>(nullptr));
+  }
+  BRASS_CUDA_LAUNCHED();
+}
+
+}  // namespace brass::backend::cuda
