@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab]...
 #   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
@@ -160,6 +160,27 @@ for s in $STAGES; do
           --streams $s > "$OUT/wideprobe.log" 2>&1
         echo "== wide kernel marks, $s streams"; python3 bench/cuda_wide_marks.py "$OUT/marks.csv" | tee -a "$OUT/wideprobe.txt"
       done ;;
+    ab)
+      # Same-call A/B against an older tree: BASE (default .dev/base, e.g. `git archive HEAD~1 |
+      # tar -x -C .dev/base`, carried) builds its cuda_decode_bench in build-base; then AB_ROUNDS
+      # rounds of: base, then this tree once per AB_ENV setting (";"-separated), each with AB_ARGS.
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
+      BASE=${BASE:-.dev/base}
+      (cd "$BASE" && for f in $(grep -rl -E "httplib|PCRE2|pcre2" --include=CMakeLists.txt src 2>/dev/null); do mv "$f" "$f.x"; done
+       cmake -S . -B ../../build-base -G Ninja -DBRASS_CUDA=ON "${PREFIX[@]}" > "$OUT/cmake-base.log" 2>&1 &&
+       cmake --build ../../build-base --target cuda_decode_bench -j16 > "$OUT/build-base.log" 2>&1) ||
+        { echo "ab: base build failed"; tail -20 "$OUT/build-base.log"; continue; }
+      [ -f /tmp/gpt-oss-20b-synth.gguf ] || $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 > /dev/null
+      SRC=(--model /tmp/gpt-oss-20b-synth.gguf)
+      IFS=';' read -ra ABE <<< "${AB_ENV:-BRASS_CUDA_PDL=1}"
+      for r in $(seq ${AB_ROUNDS:-2}); do
+        echo "== round $r base: $(timeout 200 build-base/bench/cuda_decode_bench "${SRC[@]}" ${AB_ARGS:-} 2>&1 |
+          grep -E '^(tg|pp|[0-9]+ )' | tr '\n' '|')"
+        for e in "${ABE[@]}"; do
+          echo "== round $r [$e]: $(env $e timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" ${AB_ARGS:-} 2>&1 |
+            grep -E '^(tg|pp|[0-9]+ )' | tr '\n' '|')"
+        done
+      done | tee "$OUT/ab.txt" ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Per-kernel share of a decode token from an nsys GPU trace (graph nodes traced).
 
-Usage: cuda_nsys_timeline.py TRACE.csv [--tokens N] [--marker argmax]
+Usage: cuda_nsys_timeline.py TRACE.csv [--tokens N] [--marker REGEX]
 TRACE.csv: `nsys stats --report cuda_gpu_trace --format csv` of a run profiled with
 `nsys profile -t cuda --cuda-graph-trace=node`. Kernels are taken in start order; a token
-ends at each kernel whose name contains the marker (the greedy argmax). For the last N
+ends at each kernel whose name matches the marker (default: the greedy pick, the argmax
+kernel or the output head that picks in the same launch, head_q8_kernel<true>). For the last N
 tokens it prints, per kernel name: launches per token, mean duration, and the mean
 "increment" end(k) - end(k - 1): how much later the chain finishes because of kernel k
 (with PDL the kernels overlap, so durations overstate and increments sum to the token
@@ -34,7 +35,7 @@ def main():
     args = sys.argv[1:]
     path = args[0]
     n_tok = int(args[args.index("--tokens") + 1]) if "--tokens" in args else 16
-    marker = args[args.index("--marker") + 1] if "--marker" in args else "argmax"
+    marker = args[args.index("--marker") + 1] if "--marker" in args else r"argmax|head_q8_kernel<true>"
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -43,7 +44,7 @@ def main():
                 continue  # memcpy / memset rows
             rows.append((int(r["Start (ns)"]), int(r["Duration (ns)"]), name))
     rows.sort()
-    ends = [i for i, (_, _, n) in enumerate(rows) if marker in n]
+    ends = [i for i, (_, _, n) in enumerate(rows) if re.search(marker, n)]
     if len(ends) < n_tok + 1:
         sys.exit(f"only {len(ends)} tokens (kernels named *{marker}*) in {path}")
     first, last = ends[-n_tok - 1] + 1, ends[-1]

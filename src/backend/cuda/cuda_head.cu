@@ -9,10 +9,12 @@
 // CUPTI trace: head 164 us, 3.75 TB/s, + argmax 8.2 us). Here a warp takes 8 consecutive
 // rows (a group), 4 lanes a row: lane j of a row reads its chunks j, j + 4, ..., so every
 // load instruction of the warp reads 8 rows x 64 contiguous bytes (whole sectors) and a
-// row's sum needs two shuffles. A lane issues kBatch chunks' loads (with their scales)
-// before it computes on any of them. The grid is persistent (blocks to fill the SMs once,
-// warps walking groups with the grid's stride, so the whole GPU sweeps the matrix front to
-// back), and each warp's first batch loads before the PDL wait (the weights are static).
+// row's sum needs two shuffles. A lane issues a batch of chunks' loads (with their
+// scales) before it computes on any of them (by default two batches of 5 in turn: the
+// next one's loads go out before this one's dot products). The grid is persistent
+// (blocks to fill the SMs once, warps walking groups with the grid's stride, so the
+// whole GPU sweeps the matrix front to back), and each warp's first batch loads before
+// the PDL wait (the weights are static).
 // With the pick, a row's lane 0 keeps the best (value, row) it wrote; the block's best goes
 // to a partial and the last block to finish picks (argmax_finish): no second launch.
 //
@@ -30,32 +32,34 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kGroup = 8;      // rows a warp takes at once (4 lanes a row)
-constexpr int kBatch = 9;      // chunks a lane loads before computing (2880 columns: 45 a lane, 5 batches)
-constexpr int kMinBlocks = 3;  // blocks an SM (register cap 85: kBatch x 5 words in flight)
+constexpr int kMinBlocks = 3;  // blocks an SM (register cap 85)
 
+template <int B>
 struct Batch {
-  int4 q[kBatch];
-  unsigned short s[kBatch];  // the chunk's block scale (f16 bits)
+  int4 q[B];
+  unsigned short s[B];  // the chunk's block scale (f16 bits)
 };
 
-// Batch b of a lane's chunks of row r (cr chunks of 16 quants): chunks j + 4 (kBatch b + u).
-__device__ __forceinline__ void load_batch(Batch& bt, const DevW& w, int64_t r, bool live, int j, int b, int cr) {
+// Batch b of a lane's chunks of row r (cr chunks of 16 quants): chunks j + 4 (B b + u).
+template <int B>
+__device__ __forceinline__ void load_batch(Batch<B>& bt, const DevW& w, int64_t r, bool live, int j, int b, int cr) {
   const int8_t* q = reinterpret_cast<const int8_t*>(w.q) + r * w.n_in;
   const unsigned short* s = reinterpret_cast<const unsigned short*>(w.s) + r * (w.n_in / 32);
 #pragma unroll
-  for (int u = 0; u < kBatch; ++u) {
-    const int c = j + 4 * (kBatch * b + u);
+  for (int u = 0; u < B; ++u) {
+    const int c = j + 4 * (B * b + u);
     const bool ok = live && c < cr;
     bt.q[u] = ok ? __ldg(reinterpret_cast<const int4*>(q + 16 * c)) : make_int4(0, 0, 0, 0);
     bt.s[u] = ok ? __ldg(s + (c >> 1)) : static_cast<unsigned short>(0);
   }
 }
 
-__device__ __forceinline__ float dot_batch(const Batch& bt, const int8_t* xq, const float* xd, int j, int b, int cr) {
+template <int B>
+__device__ __forceinline__ float dot_batch(const Batch<B>& bt, const int8_t* xq, const float* xd, int j, int b, int cr) {
   float acc = 0.f;
 #pragma unroll
-  for (int u = 0; u < kBatch; ++u) {
-    const int c = j + 4 * (kBatch * b + u);
+  for (int u = 0; u < B; ++u) {
+    const int c = j + 4 * (B * b + u);
     const int cc = c < cr ? c : 0;  // past the row's end q and s are 0: any x in bounds
     const int4 a = *reinterpret_cast<const int4*>(xq + 16 * cc);
     int d = __dp4a(bt.q[u].x, a.x, 0);
@@ -68,46 +72,77 @@ __device__ __forceinline__ float dot_batch(const Batch& bt, const int8_t* xq, co
 }
 
 // grid: persistent (<= groups); warp w of block b takes groups b * kWarps + w + k * stride.
-template <bool PICK>
+// A warp's work is a walk of steps (group, batch of B chunks a lane). DB: two batches in
+// turn, the next step's loads issued before this step's dot products (a warp always has
+// loads in flight); else one batch, loaded and then used. Per row the same sum either way.
+template <bool PICK, int B, bool DB>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ ArgBest sh[kWarp];
   const DevW& w = p.w;
   const int n = static_cast<int>(w.n_in), cr = n / 16;
-  const int nb = (cr / 4 + kBatch - 1) / kBatch;  // batches a lane (cr % 4 == 0: n % 64 == 0)
+  const int nb = (cr / 4 + B - 1) / B;  // batches a lane (cr % 4 == 0: n % 64 == 0)
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + n);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, j = lane & 3;
   const int64_t groups = (w.rows + kGroup - 1) / kGroup, stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  auto row_of = [&](int64_t g) { return g * kGroup + (lane >> 2); };
+  auto load = [&](Batch<B>& bt, int64_t g, int b) {
+    const int64_t r = row_of(g);
+    load_batch<B>(bt, w, r, g < groups && r < w.rows, j, b, cr);
+  };
   int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  Batch bt;
-  {  // the first batch before the wait: the weights are static
-    const int64_t r = g * kGroup + (lane >> 2);
-    load_batch(bt, w, r, g < groups && r < w.rows, j, 0, cr);
-  }
+  int b = 0;
+  Batch<B> buf[DB ? 2 : 1];
+  load(buf[0], g, 0);  // before the wait: the weights are static
   pdl_wait();
   pdl_trigger();
   quantize_x_smem(p.x, n, xq, xd);
   __syncthreads();
   ArgBest best{-INFINITY, -1};
-  for (; g < groups; g += stride) {
-    const int64_t r = g * kGroup + (lane >> 2);
-    const bool live = r < w.rows;
-    float acc = 0.f;
-    for (int b = 0; b < nb; ++b) {
-      if (b > 0) load_batch(bt, w, r, live, j, b, cr);
-      acc += dot_batch(bt, xq, xd, j, b, cr);
-    }
+  float acc = 0.f;
+  // The end of group g (warp-uniform): the row's 4 lanes summed, stored, and picked from.
+  auto finish = [&](int64_t gg) {
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    if (g + stride < groups) {  // the next group's first batch goes out before this one's stores
-      const int64_t rn = (g + stride) * kGroup + (lane >> 2);
-      load_batch(bt, w, rn, rn < w.rows, j, 0, cr);
-    }
-    if (j == 0 && live) {
+    const int64_t r = row_of(gg);
+    if (j == 0 && r < w.rows) {
       const float v = acc + (p.bias ? p.bias[r] : 0.f);
       p.y[r] = v;
       if constexpr (PICK) best = arg_better(best, ArgBest{v, static_cast<int>(r)});
+    }
+    acc = 0.f;
+  };
+  auto advance = [&](int64_t& gg, int& bb) {
+    if (++bb == nb) { bb = 0; gg += stride; }
+  };
+  if constexpr (DB) {
+    int64_t gn = g;
+    int bn = b;
+    advance(gn, bn);
+    // Unrolled by two so the buffers alternate without register moves.
+    while (g < groups) {
+      if (gn < groups) load(buf[1], gn, bn);
+      acc += dot_batch<B>(buf[0], xq, xd, j, b, cr);
+      if (b == nb - 1) finish(g);
+      g = gn; b = bn;
+      advance(gn, bn);
+      if (g >= groups) break;
+      if (gn < groups) load(buf[0], gn, bn);
+      acc += dot_batch<B>(buf[DB ? 1 : 0], xq, xd, j, b, cr);
+      if (b == nb - 1) finish(g);
+      g = gn; b = bn;
+      advance(gn, bn);
+    }
+  } else {
+    for (; g < groups; g += stride) {
+      for (b = 0; b < nb; ++b) {
+        if (b > 0) load(buf[0], g, b);
+        acc += dot_batch<B>(buf[0], xq, xd, j, b, cr);
+      }
+      const int64_t gn = g + stride;
+      if (gn < groups) load(buf[0], gn, 0);  // the next group's first batch before this one's store
+      finish(g);
     }
   }
   if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
@@ -115,11 +150,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, 
 
 size_t head_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
 
+// BRASS_CUDA_HEAD_DB=0: one batch of 9 chunks a lane at a time instead of two of 5 in turn.
+bool head_db_on() {
+  static const bool on = knob_on("BRASS_CUDA_HEAD_DB");
+  return on;
+}
+
+template <bool PICK>
+using HeadKernel = void (*)(HeadP, ArgBest*, unsigned*);
+template <bool PICK>
+HeadKernel<PICK> head_kernel() {
+  return head_db_on() ? head_q8_kernel<PICK, 5, true> : head_q8_kernel<PICK, 9, false>;
+}
+
 template <bool PICK>
 int head_blocks(int64_t groups) {
   static const int per_sm = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_q8_kernel<PICK>, kThreads, head_smem(4096)) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_kernel<PICK>(), kThreads, head_smem(4096)) !=
         cudaSuccess)
       b = 1;
     return b < 1 ? 1 : b;
@@ -149,10 +197,10 @@ void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st)
   const int64_t groups = (p.w.rows + kGroup - 1) / kGroup;
   const size_t sm = head_smem(p.w.n_in);
   if (p.out) {
-    launch_pdl(head_q8_kernel<true>, dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
+    launch_pdl(head_kernel<true>(), dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
                static_cast<ArgBest*>(parts), ticket);
   } else {
-    launch_pdl(head_q8_kernel<false>, dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
+    launch_pdl(head_kernel<false>(), dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
                p, static_cast<ArgBest*>(nullptr), static_cast<unsigned*>(nullptr));
   }
   BRASS_CUDA_LAUNCHED();
