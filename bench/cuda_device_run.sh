@@ -63,7 +63,7 @@ for s in $STAGES; do
       grep -E "spill" "$OUT/build.log" | head -5
       echo "build: $(( $(date +%s) - t0 )) s" ;;
     test)
-      timeout 240 $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
+      timeout ${TEST_TIMEOUT:-240} $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
     memcheck)
       timeout 150 compute-sanitizer --tool memcheck $B/tests/backend_cuda_tests \
         --gtest_filter="${MEMCHECK_FILTER:-*Moe*:*Router*:*Fused*:*Graph*:*Embed*:*Flash*:*TensorCore*:*Paged*:CudaModel.*F32*:CudaModel.Int8*}" \

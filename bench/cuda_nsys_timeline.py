@@ -5,7 +5,7 @@ Usage: cuda_nsys_timeline.py TRACE.csv [--tokens N] [--marker REGEX]
 TRACE.csv: `nsys stats --report cuda_gpu_trace --format csv` of a run profiled with
 `nsys profile -t cuda --cuda-graph-trace=node`. Kernels are taken in start order; a token
 ends at each kernel whose name matches the marker (default: the greedy pick, the argmax
-kernel or the output head that picks in the same launch, head_q8_kernel<true>). For the last N
+kernel or the output head that picks in the same launch, head_*_kernel<true, ...>). For the last N
 tokens it prints, per kernel name: launches per token, mean duration, and the mean
 "increment" end(k) - end(k - 1): how much later the chain finishes because of kernel k
 (with PDL the kernels overlap, so durations overstate and increments sum to the token
@@ -35,7 +35,7 @@ def main():
     args = sys.argv[1:]
     path = args[0]
     n_tok = int(args[args.index("--tokens") + 1]) if "--tokens" in args else 16
-    marker = args[args.index("--marker") + 1] if "--marker" in args else r"argmax|head_q8_kernel<true>"
+    marker = args[args.index("--marker") + 1] if "--marker" in args else r"argmax|head_\w+_kernel<true"
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):

@@ -997,14 +997,16 @@ TEST(CudaOps, ArgmaxTiesAndFeedback) {
 // against the host argmax of the very logits the kernel wrote: two identical weight rows
 // planted as the largest logit (a tie: the lower row wins), pos / history fed back, twice
 // (the ticket resets), and the logits-only launch giving the same bits. Shapes: the
-// gpt-oss head (201,088 x 2,880), the tiny models' (96 x 64), rows not a multiple of 8,
-// and n = 4096 (a lane's last batch runs past the row's end).
+// gpt-oss head (201,088 x 2,880) and n = 4096 / 1024 (the flat walk: a row ends inside a
+// 32-chunk step, or at its end; rows not a multiple of 8), the tiny models' (96 x 64) and
+// 1001 x 128 (4 lanes a row; a lane's last batch runs past the row's end).
 TEST(CudaOps, OutputHeadPickMatchesTwin) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);
   SEED_TRACE(f.rng);
   struct Case { int64_t n_in, rows; bool bias; };
-  for (const Case c : {Case{2880, 201088, false}, Case{64, 96, false}, Case{128, 1001, true}, Case{4096, 517, true}}) {
+  for (const Case c : {Case{2880, 201088, false}, Case{64, 96, false}, Case{128, 1001, true}, Case{4096, 517, true},
+                       Case{1024, 1003, true}}) {
     SCOPED_TRACE(::testing::Message() << c.n_in << " x " << c.rows);
     const auto x = f.rng.vec(c.n_in);
     std::vector<float> rows(c.n_in * c.rows);

@@ -148,6 +148,98 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, 
   if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
 }
 
+// The flat walk (rows of at least 32 chunks, n >= 512): a group's 8 rows are one run of
+// 8 cr contiguous chunks (the split layout keeps a matrix's rows back to back, quants and
+// scales alike), and instruction i of the warp reads chunks 32 i .. 32 i + 31 of it: 512
+// contiguous bytes a load, as a plain copy reads. A 32-chunk step holds the end of at
+// most one row (cr >= 32): lanes past it add into the next row's sum, and after the step
+// the warp sums the finished row (warp_sum) and lane 0 stores it. Batches of B steps, two
+// in turn as in head_q8_kernel.
+template <int B>
+__device__ __forceinline__ void load_flat(Batch<B>& bt, const DevW& w, int64_t g, int b, int64_t total, int lane) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(w.q);
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(w.s);
+#pragma unroll
+  for (int u = 0; u < B; ++u) {
+    const int64_t f = g * (kGroup * (w.n_in / 16)) + 32 * (B * b + u) + lane;  // matrix chunk
+    const bool ok = f < total && 32 * (B * b + u) < kGroup * (w.n_in / 16);
+    bt.q[u] = ok ? __ldg(reinterpret_cast<const int4*>(q + 16 * f)) : make_int4(0, 0, 0, 0);
+    bt.s[u] = ok ? __ldg(s + (f >> 1)) : static_cast<unsigned short>(0);
+  }
+}
+
+template <bool PICK, int B>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) head_flat_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ ArgBest sh[kWarp];
+  const DevW& w = p.w;
+  const int n = static_cast<int>(w.n_in), cr = n / 16, gc = kGroup * cr;  // chunks a row / a group
+  const int nb = (gc / 32 + B - 1) / B;  // batches a group (gc % 32 == 0: cr % 4 == 0)
+  int8_t* xq = reinterpret_cast<int8_t*>(smem);
+  float* xd = reinterpret_cast<float*>(smem + n);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t groups = (w.rows + kGroup - 1) / kGroup, stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t total = w.rows * cr;
+  int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  int b = 0;
+  Batch<B> buf[2];
+  load_flat<B>(buf[0], w, g, 0, total, lane);  // before the wait: the weights are static
+  pdl_wait();
+  pdl_trigger();
+  quantize_x_smem(p.x, n, xq, xd);
+  __syncthreads();
+  ArgBest best{-INFINITY, -1};
+  float cur = 0.f, next = 0.f;  // the sums of the group's unfinished row r and of r + 1
+  int r = 0;                     // (warp-uniform)
+  auto dot = [&](const Batch<B>& bt, int64_t gg, int bb) {
+#pragma unroll
+    for (int u = 0; u < B; ++u) {
+      const int i = B * bb + u;  // the step: chunks 32 i .. of the group
+      if (32 * i >= gc) break;
+      const int end = (r + 1) * cr;  // row r's chunks end here
+      const bool nx = 32 * i + lane >= end;
+      const int cc = 32 * i + lane - r * cr - (nx ? cr : 0);
+      const int4 a = *reinterpret_cast<const int4*>(xq + 16 * cc);
+      int d = __dp4a(bt.q[u].x, a.x, 0);
+      d = __dp4a(bt.q[u].y, a.y, d);
+      d = __dp4a(bt.q[u].z, a.z, d);
+      d = __dp4a(bt.q[u].w, a.w, d);
+      const float v = static_cast<float>(d) * (f16_bits_to_f32(bt.s[u]) * xd[cc >> 1]);
+      if (nx) next += v; else cur += v;
+      if (32 * (i + 1) >= end) {  // row r is complete
+        const float sum = warp_sum(cur);
+        const int64_t row = gg * kGroup + r;
+        if (lane == 0 && row < w.rows) {
+          const float y = sum + (p.bias ? p.bias[row] : 0.f);
+          p.y[row] = y;
+          if constexpr (PICK) best = arg_better(best, ArgBest{y, static_cast<int>(row)});
+        }
+        cur = next;
+        next = 0.f;
+        r = r + 1 == kGroup ? 0 : r + 1;
+      }
+    }
+  };
+  auto advance = [&](int64_t& gg, int& bb) {
+    if (++bb == nb) { bb = 0; gg += stride; }
+  };
+  int64_t gn = g;
+  int bn = b;
+  advance(gn, bn);
+  while (g < groups) {  // unrolled by two: the buffers alternate without register moves
+    if (gn < groups) load_flat<B>(buf[1], w, gn, bn, total, lane);
+    dot(buf[0], g, b);
+    g = gn; b = bn;
+    advance(gn, bn);
+    if (g >= groups) break;
+    if (gn < groups) load_flat<B>(buf[0], w, gn, bn, total, lane);
+    dot(buf[1], g, b);
+    g = gn; b = bn;
+    advance(gn, bn);
+  }
+  if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
+}
+
 size_t head_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
 
 // BRASS_CUDA_HEAD_DB=0: one batch of 9 chunks a lane at a time instead of two of 5 in turn.
@@ -158,16 +250,22 @@ bool head_db_on() {
 
 template <bool PICK>
 using HeadKernel = void (*)(HeadP, ArgBest*, unsigned*);
+// BRASS_CUDA_HEAD_FLAT=0: 4 lanes a row (head_q8_kernel) also where the flat walk applies.
+bool head_flat_on() {
+  static const bool on = knob_on("BRASS_CUDA_HEAD_FLAT");
+  return on;
+}
 template <bool PICK>
-HeadKernel<PICK> head_kernel() {
+HeadKernel<PICK> head_kernel(int64_t n) {
+  if (n >= 512 && head_flat_on()) return head_flat_kernel<PICK, 5>;
   return head_db_on() ? head_q8_kernel<PICK, 5, true> : head_q8_kernel<PICK, 9, false>;
 }
 
 template <bool PICK>
 int head_blocks(int64_t groups) {
-  static const int per_sm = [] {
+  static const int per_sm = [] {  // (every variant is built for kMinBlocks)
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_kernel<PICK>(), kThreads, head_smem(4096)) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_kernel<PICK>(4096), kThreads, head_smem(4096)) !=
         cudaSuccess)
       b = 1;
     return b < 1 ? 1 : b;
@@ -197,10 +295,10 @@ void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st)
   const int64_t groups = (p.w.rows + kGroup - 1) / kGroup;
   const size_t sm = head_smem(p.w.n_in);
   if (p.out) {
-    launch_pdl(head_kernel<true>(), dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
+    launch_pdl(head_kernel<true>(p.w.n_in), dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
                static_cast<ArgBest*>(parts), ticket);
   } else {
-    launch_pdl(head_kernel<false>(), dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
+    launch_pdl(head_kernel<false>(p.w.n_in), dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
                p, static_cast<ArgBest*>(nullptr), static_cast<unsigned*>(nullptr));
   }
   BRASS_CUDA_LAUNCHED();
