@@ -117,6 +117,36 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
       ASSERT_EQ(kv.free_blocks(), n_blocks - held);
     };
 
+    // Appends n_tok positions to sequence id (gens: its write generations) unless the pool
+    // refuses them (then checks the refusal and returns false) or the context is full.
+    auto append = [&](int32_t id, std::vector<int64_t>& gens, int64_t n_tok) -> bool {
+      const int64_t len = static_cast<int64_t>(gens.size());
+      if (len + n_tok > o.n_ctx_max) return false;
+      const int64_t need = blocks_of(len + n_tok) - blocks_of(len);
+      const int64_t free_before = kv.free_blocks();
+      Status st = kv.reserve(id, len, n_tok);
+      EXPECT_EQ(st.is_ok(), need <= free_before) << st.message();
+      if (!st) {
+        ++refused;
+        EXPECT_TRUE(has(st.message(), "sequence " + std::to_string(id))) << st.message();
+        EXPECT_TRUE(has(st.message(), std::to_string(need) + " more blocks")) << st.message();
+        EXPECT_TRUE(has(st.message(), std::to_string(free_before) + " free")) << st.message();
+        EXPECT_EQ(kv.free_blocks(), free_before);
+        EXPECT_EQ(kv.held_blocks(id), blocks_of(len));
+        return false;
+      }
+      for (int64_t p = len; p < len + n_tok; ++p) {
+        const int64_t g = next_gen++;
+        gens.push_back(g);
+        for (int64_t il = 1; il < c.n_layer; il += 2)
+          for (int kv_i = 0; kv_i < 2; ++kv_i) {
+            uint8_t* r = row_ptr(id, il, kv_i, p);
+            for (int64_t b = 0; b < row; ++b) r[b] = pattern(id, il, kv_i, p, g, b);
+          }
+      }
+      kv.commit(id, len + n_tok);
+      return true;
+    };
     for (int op = 0; op < 200; ++op) {
       const int what = static_cast<int>(uni(0, 9));
       if (gen_of.empty() || (what == 0 && gen_of.size() < 5)) {
@@ -140,36 +170,24 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
           ASSERT_EQ(kv.free_blocks(), free_before + blocks_of(len) - blocks_of(n));
           if (blocks_of(n) < blocks_of(len)) ++freed_by_cut;
         } else {  // append a chunk
-          const int64_t n_tok = uni(1, o.max_chunk_tokens);
-          if (len + n_tok > o.n_ctx_max) continue;
-          const int64_t need = blocks_of(len + n_tok) - blocks_of(len);
-          const int64_t free_before = kv.free_blocks();
-          Status st = kv.reserve(id, len, n_tok);
-          ASSERT_EQ(st.is_ok(), need <= free_before) << st.message();
-          if (!st) {
-            ++refused;
-            EXPECT_TRUE(has(st.message(), "sequence " + std::to_string(id))) << st.message();
-            EXPECT_TRUE(has(st.message(), std::to_string(need) + " more blocks")) << st.message();
-            EXPECT_TRUE(has(st.message(), std::to_string(free_before) + " free")) << st.message();
-            ASSERT_EQ(kv.free_blocks(), free_before);
-            ASSERT_EQ(kv.held_blocks(id), blocks_of(len));
-            continue;
-          }
-          for (int64_t p = len; p < len + n_tok; ++p) {
-            const int64_t g = next_gen++;
-            gens.push_back(g);
-            for (int64_t il = 1; il < c.n_layer; il += 2)
-              for (int kv_i = 0; kv_i < 2; ++kv_i) {
-                uint8_t* r = row_ptr(id, il, kv_i, p);
-                for (int64_t b = 0; b < row; ++b) r[b] = pattern(id, il, kv_i, p, g, b);
-              }
-          }
-          kv.commit(id, len + n_tok);
+          if (!append(id, gens, uni(1, o.max_chunk_tokens))) continue;
         }
       }
       check();
       if (::testing::Test::HasFatalFailure()) return;
     }
+    // Then one sequence grows until the pool refuses it (the pool holds fewer positions
+    // than n_ctx_max), so every trial takes the refusal path whatever the walk did.
+    if (gen_of.empty()) {
+      ASSERT_TRUE(kv.add_sequence(next_id).is_ok());
+      gen_of[next_id++];
+    }
+    const int64_t refused_before = refused;
+    for (auto& [id, gens] = *gen_of.begin(); refused == refused_before;)
+      if (!append(id, gens, o.max_chunk_tokens) && refused == refused_before) break;  // context full
+    EXPECT_GT(refused, refused_before) << "the pool never refused a sequence past its size";
+    check();
+    if (::testing::Test::HasFatalFailure()) return;
     for (auto& [id, gens] : gen_of) ASSERT_TRUE(kv.remove_sequence(id).is_ok());
     EXPECT_EQ(kv.free_tokens(), free0) << "every block is back";
   }
