@@ -1028,9 +1028,10 @@ TEST(CudaOps, OutputHeadPickMatchesTwin) {
     Dev dx = Dev::from(*f.gpu, x), db = Dev::from(*f.gpu, bias), dy = Dev::poisoned<float>(*f.gpu, c.rows),
         dy2 = Dev::poisoned<float>(*f.gpu, c.rows), dout = Dev::poisoned<int32_t>(*f.gpu, 1),
         dp = Dev::from(*f.gpu, std::vector<int32_t>{5}), dh = Dev::from(*f.gpu, std::vector<int32_t>(10, -1));
-    const MatmulArgs mm{.w = gw, .bias = c.bias ? db.as<float>() : nullptr, .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = 1};
-    for (int rep = 0; rep < 2; ++rep)
-      f.gpu->output_head({.mm = mm, .pick = {.out = dout.as<int32_t>(), .pos = dp.as<int32_t>(), .history = dh.as<int32_t>()}});
+    const MatmulArgs mm{
+        .w = gw, .bias = c.bias ? db.as<float>() : nullptr, .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = 1};
+    const ArgmaxArgs pick{.out = dout.as<int32_t>(), .pos = dp.as<int32_t>(), .history = dh.as<int32_t>()};
+    for (int rep = 0; rep < 2; ++rep) f.gpu->output_head({.mm = mm, .pick = pick});
     const auto got = dy.get<float>(c.rows);
     expect_close(got, want, 2e-5, 1e-5, "head logits");
     EXPECT_EQ(got[lo], got[hi]);

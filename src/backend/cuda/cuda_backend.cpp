@@ -507,8 +507,9 @@ class CudaBackend final : public Backend {
     const bool pick = a.pick.out != nullptr;
     void* parts = pick ? head_parts_.get(static_cast<size_t>(head_parts(w)) * 8) : nullptr;
     unsigned* ticket = pick ? head_ticket_.as<unsigned>(1) : nullptr;
-    launch_head({w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, pick ? a.pick.pos : nullptr, pick ? a.pick.history : nullptr},
-                parts, ticket, st_);
+    launch_head(
+        {w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, pick ? a.pick.pos : nullptr, pick ? a.pick.history : nullptr},
+        parts, ticket, st_);
   }
   void sample(const SampleArgs& a) override {
     if (!updating_) launch_sample({a.x, a.params, a.out, a.n_rows, a.n}, st_);
@@ -622,7 +623,8 @@ class CudaBackend final : public Backend {
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
   std::vector<cudaEvent_t> stage_ev_;
-  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, head_parts_, head_ticket_, kvtab_, attntab_, mma_, mma_dense_;
+  Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
+  Scratch head_parts_, head_ticket_;  // output_head with a pick: the blocks' best; the ticket
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)

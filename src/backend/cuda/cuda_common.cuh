@@ -266,7 +266,8 @@ __device__ __forceinline__ void argmax_finish(ArgBest b, ArgBest* parts, unsigne
   __syncthreads();
   if (!last) return;
   ArgBest best{-INFINITY, -1};
-  for (unsigned k = threadIdx.x; k < n_parts; k += blockDim.x) best = arg_better(best, ArgBest{__ldcg(&parts[k].v), __ldcg(&parts[k].i)});
+  for (unsigned k = threadIdx.x; k < n_parts; k += blockDim.x)
+    best = arg_better(best, ArgBest{__ldcg(&parts[k].v), __ldcg(&parts[k].i)});
   best = warp_best(best);
   __syncthreads();
   if (threadIdx.x % kWarp == 0) sh[warp] = best;

@@ -55,7 +55,8 @@ __device__ __forceinline__ void load_batch(Batch<B>& bt, const DevW& w, int64_t 
 }
 
 template <int B>
-__device__ __forceinline__ float dot_batch(const Batch<B>& bt, const int8_t* xq, const float* xd, int j, int b, int cr) {
+__device__ __forceinline__ float dot_batch(const Batch<B>& bt, const int8_t* xq, const float* xd, int j, int b,
+                                           int cr) {
   float acc = 0.f;
 #pragma unroll
   for (int u = 0; u < B; ++u) {
@@ -295,11 +296,12 @@ void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st)
   const int64_t groups = (p.w.rows + kGroup - 1) / kGroup;
   const size_t sm = head_smem(p.w.n_in);
   if (p.out) {
-    launch_pdl(head_kernel<true>(p.w.n_in), dim3(static_cast<unsigned>(head_blocks<true>(groups))), dim3(kThreads), sm, st, p,
-               static_cast<ArgBest*>(parts), ticket);
+    const dim3 grid(static_cast<unsigned>(head_blocks<true>(groups)));
+    launch_pdl(head_kernel<true>(p.w.n_in), grid, dim3(kThreads), sm, st, p, static_cast<ArgBest*>(parts), ticket);
   } else {
-    launch_pdl(head_kernel<false>(p.w.n_in), dim3(static_cast<unsigned>(head_blocks<false>(groups))), dim3(kThreads), sm, st,
-               p, static_cast<ArgBest*>(nullptr), static_cast<unsigned*>(nullptr));
+    const dim3 grid(static_cast<unsigned>(head_blocks<false>(groups)));
+    launch_pdl(head_kernel<false>(p.w.n_in), grid, dim3(kThreads), sm, st, p, static_cast<ArgBest*>(nullptr),
+               static_cast<unsigned*>(nullptr));
   }
   BRASS_CUDA_LAUNCHED();
 }
