@@ -14,8 +14,7 @@
 // kernels, default 2), BRASS_CUDA_MMA_DENSE_MAX N (dense matmuls of 2..N tokens on the
 // int8 MMA kernel, default 64; 0: off); measurement knobs of the .cu files (on unless "0"):
 // BRASS_CUDA_HEAD (one-row output head + pick in one launch, cuda_head.cu), BRASS_CUDA_HEAD_FLAT
-// (its contiguous walk; 0: 4 lanes a row), BRASS_CUDA_HEAD_DB (4 lanes a row: two batches in
-// turn), and the others README.md's CUDA section lists.
+// (its contiguous walk; 0: 4 lanes a row), and the others README.md's CUDA section lists.
 #pragma once
 
 #include <optional>

@@ -117,23 +117,25 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
       ASSERT_EQ(kv.free_blocks(), n_blocks - held);
     };
 
-    // Appends n_tok positions to sequence id (gens: its write generations) unless the pool
-    // refuses them (then checks the refusal and returns false) or the context is full.
-    auto append = [&](int32_t id, std::vector<int64_t>& gens, int64_t n_tok) -> bool {
+    // Appends n_tok positions to sequence id (gens: its write generations) and sets taken,
+    // unless the pool refuses them (then checks the refusal) or the context is full. (The
+    // caller returns on a fatal failure: ASSERT leaves only this lambda.)
+    auto append = [&](int32_t id, std::vector<int64_t>& gens, int64_t n_tok, bool& taken) {
+      taken = false;
       const int64_t len = static_cast<int64_t>(gens.size());
-      if (len + n_tok > o.n_ctx_max) return false;
+      if (len + n_tok > o.n_ctx_max) return;
       const int64_t need = blocks_of(len + n_tok) - blocks_of(len);
       const int64_t free_before = kv.free_blocks();
       Status st = kv.reserve(id, len, n_tok);
-      EXPECT_EQ(st.is_ok(), need <= free_before) << st.message();
+      ASSERT_EQ(st.is_ok(), need <= free_before) << st.message();
       if (!st) {
         ++refused;
         EXPECT_TRUE(has(st.message(), "sequence " + std::to_string(id))) << st.message();
         EXPECT_TRUE(has(st.message(), std::to_string(need) + " more blocks")) << st.message();
         EXPECT_TRUE(has(st.message(), std::to_string(free_before) + " free")) << st.message();
-        EXPECT_EQ(kv.free_blocks(), free_before);
-        EXPECT_EQ(kv.held_blocks(id), blocks_of(len));
-        return false;
+        ASSERT_EQ(kv.free_blocks(), free_before);
+        ASSERT_EQ(kv.held_blocks(id), blocks_of(len));
+        return;
       }
       for (int64_t p = len; p < len + n_tok; ++p) {
         const int64_t g = next_gen++;
@@ -145,7 +147,7 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
           }
       }
       kv.commit(id, len + n_tok);
-      return true;
+      taken = true;
     };
     for (int op = 0; op < 200; ++op) {
       const int what = static_cast<int>(uni(0, 9));
@@ -170,7 +172,10 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
           ASSERT_EQ(kv.free_blocks(), free_before + blocks_of(len) - blocks_of(n));
           if (blocks_of(n) < blocks_of(len)) ++freed_by_cut;
         } else {  // append a chunk
-          if (!append(id, gens, uni(1, o.max_chunk_tokens))) continue;
+          bool taken = false;
+          append(id, gens, uni(1, o.max_chunk_tokens), taken);
+          if (::testing::Test::HasFatalFailure()) return;
+          if (!taken) continue;
         }
       }
       check();
@@ -183,8 +188,12 @@ TEST(KvCachePool, BlocksFollowRandomGrowthCutsAndRemovals) {
       gen_of[next_id++];
     }
     const int64_t refused_before = refused;
-    for (auto& [id, gens] = *gen_of.begin(); refused == refused_before;)
-      if (!append(id, gens, o.max_chunk_tokens) && refused == refused_before) break;  // context full
+    for (auto& [id, gens] = *gen_of.begin(); refused == refused_before;) {
+      bool taken = false;
+      append(id, gens, o.max_chunk_tokens, taken);
+      if (::testing::Test::HasFatalFailure()) return;
+      if (!taken && refused == refused_before) break;  // context full
+    }
     EXPECT_GT(refused, refused_before) << "the pool never refused a sequence past its size";
     check();
     if (::testing::Test::HasFatalFailure()) return;

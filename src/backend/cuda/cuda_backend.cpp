@@ -507,9 +507,7 @@ class CudaBackend final : public Backend {
     const bool pick = a.pick.out != nullptr;
     void* parts = pick ? head_parts_.get(static_cast<size_t>(head_parts(w)) * 8) : nullptr;
     unsigned* ticket = pick ? head_ticket_.as<unsigned>(1) : nullptr;
-    launch_head(
-        {w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, pick ? a.pick.pos : nullptr, pick ? a.pick.history : nullptr},
-        parts, ticket, st_);
+    launch_head({w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, a.pick.pos, a.pick.history}, parts, ticket, st_);
   }
   void sample(const SampleArgs& a) override {
     if (!updating_) launch_sample({a.x, a.params, a.out, a.n_rows, a.n}, st_);

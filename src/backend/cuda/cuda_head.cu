@@ -6,17 +6,20 @@
 // pair at a time, a lane every 32nd 16-byte chunk: 180 chunks a row are 5.6 a lane, so a
 // row pair costs two dependent rounds of loads (4 unrolled steps, then the ragged rest),
 // and the argmax after it re-reads the 804 KB of logits in a launch of its own (H200,
-// CUPTI trace: head 164 us, 3.75 TB/s, + argmax 8.2 us). Here a warp takes 8 consecutive
-// rows (a group), 4 lanes a row: lane j of a row reads its chunks j, j + 4, ..., so every
-// load instruction of the warp reads 8 rows x 64 contiguous bytes (whole sectors) and a
-// row's sum needs two shuffles. A lane issues a batch of chunks' loads (with their
-// scales) before it computes on any of them (by default two batches of 5 in turn: the
-// next one's loads go out before this one's dot products). The grid is persistent
-// (blocks to fill the SMs once, warps walking groups with the grid's stride, so the
-// whole GPU sweeps the matrix front to back), and each warp's first batch loads before
-// the PDL wait (the weights are static).
-// With the pick, a row's lane 0 keeps the best (value, row) it wrote; the block's best goes
-// to a partial and the last block to finish picks (argmax_finish): no second launch.
+// CUPTI trace: head 164 us, 3.75 TB/s, + argmax 8.2 us). Here the grid is persistent
+// (blocks to fill the SMs once, warps walking groups of 8 consecutive rows with the
+// grid's stride, so the whole GPU sweeps the matrix front to back), each warp's first
+// loads go out before the PDL wait (the weights are static), and a lane issues a batch of
+// chunks' loads (with their scales) before it computes on any of them, two batches in
+// turn: the next one's loads go out before this one's dot products. Two walks of a group:
+// - flat (head_flat_kernel, rows of at least 512 columns; the default): each load of the
+//   warp reads 512 contiguous bytes of the group's rows, as a plain copy reads;
+// - 4 lanes a row (head_q8_kernel; shorter rows, or BRASS_CUDA_HEAD_FLAT=0): each load
+//   reads 64 contiguous bytes of each of the 8 rows. On an H100 it streamed slower than
+//   the old kernel (227 against 223 us; the flat walk 215: BENCHMARKS.md, session 19).
+// With the pick, a row's finishing lane keeps the best (value, row) it wrote; the block's
+// best goes to a partial and the last block to finish picks (argmax_finish): no second
+// launch.
 //
 // Numerics: the q8x twin (the reference matmul on the Q8_0 round trip of x, as
 // quantize_x_smem does it); per row the chunks are summed in another order than
@@ -40,6 +43,25 @@ struct Batch {
   unsigned short s[B];  // the chunk's block scale (f16 bits)
 };
 
+// The integer dot of one 16-byte chunk of quants with its 16 activations, scaled by the
+// chunk's weight block scale (f16 bits) and activation block scale.
+__device__ __forceinline__ float chunk_dot(int4 q, int4 a, unsigned short ws, float xs) {
+  int d = __dp4a(q.x, a.x, 0);
+  d = __dp4a(q.y, a.y, d);
+  d = __dp4a(q.z, a.z, d);
+  d = __dp4a(q.w, a.w, d);
+  return static_cast<float>(d) * (f16_bits_to_f32(ws) * xs);
+}
+
+// Row `row`'s finished sum: y (with its bias) stored, and with PICK a candidate of best.
+template <bool PICK>
+__device__ __forceinline__ void put_row(const HeadP& p, int64_t row, float sum, ArgBest& best) {
+  if (row >= p.w.rows) return;
+  const float v = sum + (p.bias ? p.bias[row] : 0.f);
+  p.y[row] = v;
+  if constexpr (PICK) best = arg_better(best, ArgBest{v, static_cast<int>(row)});
+}
+
 // Batch b of a lane's chunks of row r (cr chunks of 16 quants): chunks j + 4 (B b + u).
 template <int B>
 __device__ __forceinline__ void load_batch(Batch<B>& bt, const DevW& w, int64_t r, bool live, int j, int b, int cr) {
@@ -62,21 +84,40 @@ __device__ __forceinline__ float dot_batch(const Batch<B>& bt, const int8_t* xq,
   for (int u = 0; u < B; ++u) {
     const int c = j + 4 * (B * b + u);
     const int cc = c < cr ? c : 0;  // past the row's end q and s are 0: any x in bounds
-    const int4 a = *reinterpret_cast<const int4*>(xq + 16 * cc);
-    int d = __dp4a(bt.q[u].x, a.x, 0);
-    d = __dp4a(bt.q[u].y, a.y, d);
-    d = __dp4a(bt.q[u].z, a.z, d);
-    d = __dp4a(bt.q[u].w, a.w, d);
-    acc += static_cast<float>(d) * (f16_bits_to_f32(bt.s[u]) * xd[cc >> 1]);
+    acc += chunk_dot(bt.q[u], *reinterpret_cast<const int4*>(xq + 16 * cc), bt.s[u], xd[cc >> 1]);
   }
   return acc;
 }
 
+// A warp's walk of steps (group g, batch b of a group's nb): groups g, g + stride, ... below
+// groups, two batches in turn, each step's loads issued before the previous step's work
+// (a warp always has loads in flight). buf[0] holds step (g, 0) on entry; load(bt, g, b)
+// fills a buffer, work(bt, g, b) consumes it (warp-uniform calls).
+template <int B, class Load, class Work>
+__device__ __forceinline__ void walk_steps(Batch<B> (&buf)[2], int64_t g, int64_t groups, int64_t stride, int nb,
+                                           Load load, Work work) {
+  int b = 0, bn = 0;
+  int64_t gn = g;
+  auto advance = [&](int64_t& gg, int& bb) {
+    if (++bb == nb) { bb = 0; gg += stride; }
+  };
+  advance(gn, bn);
+  while (g < groups) {  // unrolled by two: the buffers alternate without register moves
+    if (gn < groups) load(buf[1], gn, bn);
+    work(buf[0], g, b);
+    g = gn; b = bn;
+    advance(gn, bn);
+    if (g >= groups) break;
+    if (gn < groups) load(buf[0], gn, bn);
+    work(buf[1], g, b);
+    g = gn; b = bn;
+    advance(gn, bn);
+  }
+}
+
 // grid: persistent (<= groups); warp w of block b takes groups b * kWarps + w + k * stride.
-// A warp's work is a walk of steps (group, batch of B chunks a lane). DB: two batches in
-// turn, the next step's loads issued before this step's dot products (a warp always has
-// loads in flight); else one batch, loaded and then used. Per row the same sum either way.
-template <bool PICK, int B, bool DB>
+// Batches of B chunks a lane (walk_steps).
+template <bool PICK, int B>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ ArgBest sh[kWarp];
@@ -92,9 +133,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, 
     const int64_t r = row_of(g);
     load_batch<B>(bt, w, r, g < groups && r < w.rows, j, b, cr);
   };
-  int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  int b = 0;
-  Batch<B> buf[DB ? 2 : 1];
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  Batch<B> buf[2];
   load(buf[0], g, 0);  // before the wait: the weights are static
   pdl_wait();
   pdl_trigger();
@@ -106,46 +146,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, 
   auto finish = [&](int64_t gg) {
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    const int64_t r = row_of(gg);
-    if (j == 0 && r < w.rows) {
-      const float v = acc + (p.bias ? p.bias[r] : 0.f);
-      p.y[r] = v;
-      if constexpr (PICK) best = arg_better(best, ArgBest{v, static_cast<int>(r)});
-    }
+    if (j == 0) put_row<PICK>(p, row_of(gg), acc, best);
     acc = 0.f;
   };
-  auto advance = [&](int64_t& gg, int& bb) {
-    if (++bb == nb) { bb = 0; gg += stride; }
-  };
-  if constexpr (DB) {
-    int64_t gn = g;
-    int bn = b;
-    advance(gn, bn);
-    // Unrolled by two so the buffers alternate without register moves.
-    while (g < groups) {
-      if (gn < groups) load(buf[1], gn, bn);
-      acc += dot_batch<B>(buf[0], xq, xd, j, b, cr);
-      if (b == nb - 1) finish(g);
-      g = gn; b = bn;
-      advance(gn, bn);
-      if (g >= groups) break;
-      if (gn < groups) load(buf[0], gn, bn);
-      acc += dot_batch<B>(buf[DB ? 1 : 0], xq, xd, j, b, cr);
-      if (b == nb - 1) finish(g);
-      g = gn; b = bn;
-      advance(gn, bn);
-    }
-  } else {
-    for (; g < groups; g += stride) {
-      for (b = 0; b < nb; ++b) {
-        if (b > 0) load(buf[0], g, b);
-        acc += dot_batch<B>(buf[0], xq, xd, j, b, cr);
-      }
-      const int64_t gn = g + stride;
-      if (gn < groups) load(buf[0], gn, 0);  // the next group's first batch before this one's store
-      finish(g);
-    }
-  }
+  walk_steps<B>(buf, g, groups, stride, nb, load, [&](const Batch<B>& bt, int64_t gg, int bb) {
+    acc += dot_batch<B>(bt, xq, xd, j, bb, cr);
+    if (bb == nb - 1) finish(gg);
+  });
   if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
 }
 
@@ -181,10 +188,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_flat_kernel(HeadP p
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t groups = (w.rows + kGroup - 1) / kGroup, stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const int64_t total = w.rows * cr;
-  int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  int b = 0;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  auto load = [&](Batch<B>& bt, int64_t gg, int bb) { load_flat<B>(bt, w, gg, bb, total, lane); };
   Batch<B> buf[2];
-  load_flat<B>(buf[0], w, g, 0, total, lane);  // before the wait: the weights are static
+  load(buf[0], g, 0);  // before the wait: the weights are static
   pdl_wait();
   pdl_trigger();
   quantize_x_smem(p.x, n, xq, xd);
@@ -200,54 +207,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_flat_kernel(HeadP p
       const int end = (r + 1) * cr;  // row r's chunks end here
       const bool nx = 32 * i + lane >= end;
       const int cc = 32 * i + lane - r * cr - (nx ? cr : 0);
-      const int4 a = *reinterpret_cast<const int4*>(xq + 16 * cc);
-      int d = __dp4a(bt.q[u].x, a.x, 0);
-      d = __dp4a(bt.q[u].y, a.y, d);
-      d = __dp4a(bt.q[u].z, a.z, d);
-      d = __dp4a(bt.q[u].w, a.w, d);
-      const float v = static_cast<float>(d) * (f16_bits_to_f32(bt.s[u]) * xd[cc >> 1]);
+      const float v = chunk_dot(bt.q[u], *reinterpret_cast<const int4*>(xq + 16 * cc), bt.s[u], xd[cc >> 1]);
       if (nx) next += v; else cur += v;
       if (32 * (i + 1) >= end) {  // row r is complete
         const float sum = warp_sum(cur);
-        const int64_t row = gg * kGroup + r;
-        if (lane == 0 && row < w.rows) {
-          const float y = sum + (p.bias ? p.bias[row] : 0.f);
-          p.y[row] = y;
-          if constexpr (PICK) best = arg_better(best, ArgBest{y, static_cast<int>(row)});
-        }
+        if (lane == 0) put_row<PICK>(p, gg * kGroup + r, sum, best);
         cur = next;
         next = 0.f;
         r = r + 1 == kGroup ? 0 : r + 1;
       }
     }
   };
-  auto advance = [&](int64_t& gg, int& bb) {
-    if (++bb == nb) { bb = 0; gg += stride; }
-  };
-  int64_t gn = g;
-  int bn = b;
-  advance(gn, bn);
-  while (g < groups) {  // unrolled by two: the buffers alternate without register moves
-    if (gn < groups) load_flat<B>(buf[1], w, gn, bn, total, lane);
-    dot(buf[0], g, b);
-    g = gn; b = bn;
-    advance(gn, bn);
-    if (g >= groups) break;
-    if (gn < groups) load_flat<B>(buf[0], w, gn, bn, total, lane);
-    dot(buf[1], g, b);
-    g = gn; b = bn;
-    advance(gn, bn);
-  }
+  walk_steps<B>(buf, g, groups, stride, nb, load, dot);
   if constexpr (PICK) argmax_finish(best, parts, gridDim.x, blockIdx.x, ticket, p.out, p.pos, p.history, sh);
 }
 
 size_t head_smem(int64_t n) { return static_cast<size_t>(n + n / 32 * 4); }
-
-// BRASS_CUDA_HEAD_DB=0: one batch of 9 chunks a lane at a time instead of two of 5 in turn.
-bool head_db_on() {
-  static const bool on = knob_on("BRASS_CUDA_HEAD_DB");
-  return on;
-}
 
 template <bool PICK>
 using HeadKernel = void (*)(HeadP, ArgBest*, unsigned*);
@@ -259,7 +234,7 @@ bool head_flat_on() {
 template <bool PICK>
 HeadKernel<PICK> head_kernel(int64_t n) {
   if (n >= 512 && head_flat_on()) return head_flat_kernel<PICK, 5>;
-  return head_db_on() ? head_q8_kernel<PICK, 5, true> : head_q8_kernel<PICK, 9, false>;
+  return head_q8_kernel<PICK, 5>;
 }
 
 template <bool PICK>
