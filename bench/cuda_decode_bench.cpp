@@ -30,6 +30,7 @@
 namespace brass::backend::cuda {
 void probe_dump(const char* path);      // cuda_q8_pre.cu, -DBRASS_PROBE builds
 void probe_dump_wide(const char* path);  // cuda_matmul_mma.cu (appends)
+void probe_dump_attn(const char* path);  // cuda_attention.cu (appends)
 }
 #endif
 
@@ -41,6 +42,7 @@ static void dump_probes() {
   if (const char* po = std::getenv("BRASS_PROBE_OUT")) {
     backend::cuda::probe_dump(po);
     backend::cuda::probe_dump_wide(po);
+    backend::cuda::probe_dump_attn(po);
   }
 #endif
 }

@@ -5,7 +5,7 @@
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
 # Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab]...
-#   (default: build test memcheck bench). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
+#   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
 #   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
@@ -63,7 +63,7 @@ for s in $STAGES; do
       grep -E "spill" "$OUT/build.log" | head -5
       echo "build: $(( $(date +%s) - t0 )) s" ;;
     test)
-      timeout ${TEST_TIMEOUT:-240} $B/tests/backend_cuda_tests 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
+      timeout ${TEST_TIMEOUT:-240} $B/tests/backend_cuda_tests --gtest_filter="${TEST_FILTER:-*}" 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|seed|cuda |off \(" | head -60 ;;
     memcheck)
       timeout 150 compute-sanitizer --tool memcheck $B/tests/backend_cuda_tests \
         --gtest_filter="${MEMCHECK_FILTER:-*Moe*:*Router*:*Fused*:*Graph*:*Embed*:*Flash*:*TensorCore*:*Paged*:CudaModel.*F32*:CudaModel.Int8*}" \
@@ -137,14 +137,14 @@ for s in $STAGES; do
         env $e LD_LIBRARY_PATH=$CU/lib64:$LD_LIBRARY_PATH CUDA_INJECTION64_PATH=/tmp/libktrace.so \
           BRASS_TRACE_OUT="$OUT/trace.csv" timeout 200 $B/bench/cuda_decode_bench "${SRC[@]}" \
           ${TRACE_ARGS:---depth ${TRACE_DEPTH:-0} --n-gen 32} > "$OUT/trace.log" 2>&1
-        echo "== trace [$e]"; python3 bench/cuda_nsys_timeline.py "$OUT/trace.csv" --tokens 16 | tee -a "$OUT/timeline.txt"
+        echo "== trace [$e]"; python3 bench/cuda_nsys_timeline.py "$OUT/trace.csv" --tokens 16 ${TIMELINE_ARGS:-} | tee -a "$OUT/timeline.txt"
       done ;;
     probe)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       probe_build || continue
       IFS=';' read -ra PAB <<< "${PROBE_AB:-BRASS_CUDA_PDL=1}"
       for e in "${PAB[@]}"; do
-        env $e BRASS_PROBE_OUT="$OUT/marks.csv" timeout 200 build-probe/bench/cuda_decode_bench "${SRC[@]}" --depth 0 \
+        env $e BRASS_PROBE_OUT="$OUT/marks.csv" timeout 200 build-probe/bench/cuda_decode_bench "${SRC[@]}" --depth ${PROBE_DEPTH:-0} \
           --n-gen 32 > "$OUT/probe.log" 2>&1
         echo "== probe [$e] $(grep -m1 -E '^tg128' "$OUT/probe.log")"
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"

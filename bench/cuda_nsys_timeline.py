@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-kernel share of a decode token from an nsys GPU trace (graph nodes traced).
 
-Usage: cuda_nsys_timeline.py TRACE.csv [--tokens N] [--marker REGEX]
+Usage: cuda_nsys_timeline.py TRACE.csv [--tokens N] [--marker REGEX] [--parity]
 TRACE.csv: `nsys stats --report cuda_gpu_trace --format csv` of a run profiled with
 `nsys profile -t cuda --cuda-graph-trace=node`. Kernels are taken in start order; a token
 ends at each kernel whose name matches the marker (default: the greedy pick, the argmax
@@ -10,6 +10,8 @@ tokens it prints, per kernel name: launches per token, mean duration, and the me
 "increment" end(k) - end(k - 1): how much later the chain finishes because of kernel k
 (with PDL the kernels overlap, so durations overstate and increments sum to the token
 time), and the mean "lead" start(k) - end(k - 1) (negative: k started early).
+--parity: a kernel launched more than once a token is split by its launch's parity
+within the token ([even] / [odd]: gpt-oss's sliding and full attention layers).
 """
 import csv
 import re
@@ -36,6 +38,7 @@ def main():
     path = args[0]
     n_tok = int(args[args.index("--tokens") + 1]) if "--tokens" in args else 16
     marker = args[args.index("--marker") + 1] if "--marker" in args else r"argmax|head_\w+_kernel<true"
+    parity = "--parity" in args
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -48,12 +51,20 @@ def main():
     if len(ends) < n_tok + 1:
         sys.exit(f"only {len(ends)} tokens (kernels named *{marker}*) in {path}")
     first, last = ends[-n_tok - 1] + 1, ends[-1]
+    end_set = set(ends)
     inc, dur, lead, cnt = defaultdict(float), defaultdict(float), defaultdict(float), defaultdict(int)
     order = []
+    seen = defaultdict(int)  # launches of a name so far in the current token
     for i in range(first, last + 1):
         s, d, n = rows[i]
         pe = rows[i - 1][0] + rows[i - 1][1]
         k = short(n)
+        if parity:
+            if i - 1 in end_set:
+                seen.clear()
+            j = seen[k]
+            seen[k] += 1
+            k += " [odd]" if j % 2 else " [even]"
         if k not in cnt:
             order.append(k)
         inc[k] += s + d - pe

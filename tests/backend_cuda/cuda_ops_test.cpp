@@ -737,6 +737,11 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {600}, {1}, false});
   run_attention_case(f, {DType::F16, 8, 2, 64, 0, 0, {5000}, {1}});
   run_attention_case(f, {DType::F32, 8, 1, 64, 0, 0, {3000}, {1}});
+  // Deep enough for more splits than the merge's first two chunks of values (refills):
+  // head_dim 128 (8 splits a chunk), 32 and 16 (32 a chunk).
+  run_attention_case(f, {DType::F16, 8, 2, 128, 0, 0, {6000}, {1}});
+  run_attention_case(f, {DType::F16, 16, 2, 32, 0, 0, {7000}, {1}, false});
+  run_attention_case(f, {DType::F16, 8, 1, 16, 0, 0, {6000}, {1}});
   // no sinks; tiny head_dim, n_rep 2; prefill chunks of two sequences.
   run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
   run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_probe.cuh"
 
 namespace brass::backend::cuda {
 namespace {
@@ -387,43 +388,99 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
     if (*last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
   }
   __syncthreads();
+  BRASS_PROBE_MARK(6, 3);
   if (!*last) return;
-  // The last block: combine_splits' math over the used splits (the max with the sink, then
-  // the exp-weighted sums). Partials are read through L2 (__ldcg): other SMs wrote them.
-  // One round trip for the usual two outputs a thread: the splits' (m, l) go to shared
-  // memory while the first output's values load, all splits at once.
-  __shared__ float pm[kMaxRep][kDecMaxSplits], pl[kMaxRep][kDecMaxSplits];
-  float av[kDecMaxSplits];
-  auto load_values = [&](int i) {
-    const int r = i / D, d = i % D;
-    const float* pp = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2) + 2 + d;
+  // The last block: combine_splits' math over the used splits. Partials are read through
+  // L2 (__ldcg): other SMs wrote them.
+  // 1. every (head, split)'s (m, l) to shared memory, while each thread's first two chunks
+  //    of values load (V dims of one head a thread, CH splits a chunk);
+  // 2. a warp per head: M = max(sink, m_s), f_s = exp(m_s - M) once per split, den = sum of
+  //    f_s l_s plus the sink's exp(sink - M);
+  // 3. out = sum of f_s acc_s (in split order) / den, each chunk's refill issued as it is
+  //    summed. One exp per (head, split) instead of one per output: per output the merge
+  //    is a chain of FMAs. (It was one exp per term, ~6 us after the loads at 33 splits on
+  //    the H100, longer than the keys themselves.)
+  constexpr int V = D >= 32 ? D / 32 : 1;  // dims of a thread: kMaxRep heads x D / V threads
+  constexpr int CH = 32 / V;               // splits a chunk (32 value registers)
+  static_assert(kMaxRep * (D / V) <= kThreads, "one output group a thread");
+  __shared__ float pf[kMaxRep][kDecMaxSplits], pl[kMaxRep][kDecMaxSplits];
+  __shared__ float pden[kMaxRep];
+  const int r = tid / (D / V), d0 = (tid % (D / V)) * V;  // this thread's head and first dim
+  const bool mine = r < n_rep;
+  const float* pv = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2) + 2 + d0;
+  float va[CH][V], vb[CH][V];
+  auto load_chunk = [&](float (&c)[CH][V], int s0) {
 #pragma unroll
-    for (int s = 0; s < kDecMaxSplits; ++s) av[s] = s < used ? __ldcg(pp + s * (D + 2)) : 0.f;
+    for (int j = 0; j < CH; ++j) {
+      const int sp = s0 + j;
+      const float* q = pv + static_cast<int64_t>(sp) * (D + 2);
+      if (mine && sp < used) {
+        if constexpr (V == 1) {
+          c[j][0] = __ldcg(q);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; v += 2) {  // (D + 2) and d0 even: 8-byte aligned
+            const float2 x = __ldcg(reinterpret_cast<const float2*>(q + v));
+            c[j][v] = x.x;
+            c[j][v + 1] = x.y;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) c[j][v] = 0.f;
+      }
+    }
   };
-  if (tid < n_rep * D) load_values(tid);
+  load_chunk(va, 0);
+  load_chunk(vb, CH);
   for (int i = tid; i < n_rep * used; i += kThreads) {
-    const int r = i / used, s = i % used;
-    const float* pp = p.partial + (static_cast<int64_t>(h0 + r) * p.n_splits + s) * (D + 2);
-    pm[r][s] = __ldcg(pp);
-    pl[r][s] = __ldcg(pp + 1);
+    const int hr = i / used, sp = i % used;
+    const float2 ml =
+        __ldcg(reinterpret_cast<const float2*>(p.partial + (static_cast<int64_t>(h0 + hr) * p.n_splits + sp) * (D + 2)));
+    pf[hr][sp] = ml.x;
+    pl[hr][sp] = ml.y;
   }
   __syncthreads();
-  for (int i = tid; i < n_rep * D; i += kThreads) {
-    if (i != tid) load_values(i);
-    const int r = i / D, d = i % D;
-    float M = sk[r];
-    for (int s = 0; s < used; ++s) M = fmaxf(M, pm[r][s]);
-    float den = has_sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
-#pragma unroll
-    for (int s = 0; s < kDecMaxSplits; ++s) {
-      if (s >= used) break;
-      if (pm[r][s] == -INFINITY) continue;
-      const float f = __expf(pm[r][s] - M);
-      den += f * pl[r][s];
-      num += f * av[s];
+  BRASS_PROBE_MARK(6, 5);
+  const int warp = tid / kWarp, lane = tid % kWarp;
+  if (warp < n_rep) {
+    float M = sk[warp];
+    for (int sp = lane; sp < used; sp += kWarp) M = fmaxf(M, pf[warp][sp]);
+    M = warp_max(M);
+    float den = 0.f;
+    for (int sp = lane; sp < used; sp += kWarp) {
+      const float m = pf[warp][sp];
+      const float f = m == -INFINITY ? 0.f : __expf(m - M);
+      pf[warp][sp] = f;
+      den += f * pl[warp][sp];
     }
-    p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+    den = warp_sum(den);
+    if (lane == 0) pden[warp] = den + (has_sinks ? __expf(sk[warp] - M) : 0.f);
   }
+  __syncthreads();
+  if (!mine) return;
+  float num[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) num[v] = 0.f;
+  auto sum_chunk = [&](const float (&c)[CH][V], int s0) {
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      if (s0 + j >= used) break;
+      const float f = pf[r][s0 + j];
+#pragma unroll
+      for (int v = 0; v < V; ++v) num[v] += f * c[j][v];
+    }
+  };
+  for (int s0 = 0; s0 < used; s0 += 2 * CH) {
+    sum_chunk(va, s0);
+    if (s0 + 2 * CH < used) load_chunk(va, s0 + 2 * CH);
+    sum_chunk(vb, s0 + CH);
+    if (s0 + 3 * CH < used) load_chunk(vb, s0 + 3 * CH);
+  }
+  const float den = pden[r];
+#pragma unroll
+  for (int v = 0; v < V; ++v) p.out[static_cast<int64_t>(h0 + r) * D + d0 + v] = num[v] / den;
+  BRASS_PROBE_MARK(6, 4);
 }
 
 // p.partial: this launch's (n_head, n_splits, D + 2) partials; p.min_keys: keys a used
@@ -699,6 +756,13 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half* p) {
   }
 }
 
+// The first tile's table entries and K / V rows load before the PDL wait, all but the
+// newest key's. Everything they read was written before the previous kernel started (the
+// position and the block table by the round's uploads or the last round's pick, the older
+// keys' rows by earlier rounds; a ring slot is reused only past the window). The newest
+// key's row (written by the q/k/v kernel just before) and q load after the wait.
+// (Measured on the H100 against loading every key after the wait: the same tok/s at
+// depth 0 and 4096, session 20; kept as the one form, since it is no slower.)
 template <int D>
 __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __restrict__ sinks, unsigned* tickets) {
   constexpr int KS = D / 16;  // k steps of the scores = m tiles of the values
@@ -714,71 +778,28 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
   const int n_rep = p.n_head / p.n_head_kv;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int gq = lane >> 2, t = lane & 3;  // mma group (head row / key column) and thread in group
+  BRASS_PROBE_MARK(6, 0);
   if (tid < kMaxRep) sk[tid] = sinks && tid < n_rep ? sinks[g * n_rep + tid] : -INFINITY;  // weights
-  pdl_wait();
-  pdl_trigger();
-  // pos and this lane's q chunk (head gq, dims [t D / 4, (t + 1) D / 4)) in one round trip.
-  const int32_t pq = p.pos ? p.pos[0] : p.pos0;
-  float qf[D / 4];
-  {
-    const float4* qr = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(g) * n_rep + gq) * D + t * (D / 4));
-#pragma unroll
-    for (int i = 0; i < D / 16; ++i) {
-      const float4 x = gq < n_rep ? qr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-      qf[4 * i] = x.x; qf[4 * i + 1] = x.y; qf[4 * i + 2] = x.z; qf[4 * i + 3] = x.w;
-    }
-  }
-  const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
-  const int32_t n_keys = pq - lo + 1;
-  const int32_t per = split_keys(n_keys, p.n_splits, p.min_keys);
-  const int used = (n_keys + per - 1) / per;
-  const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
-  if (k0 >= k1) return;  // an empty split (short history): takes no ticket
-  // A fragments of the scores: k step s takes dims t D / 4 + 4 s .. + 3 (see above).
-  uint32_t qa[KS][4];
-#pragma unroll
-  for (int s = 0; s < KS; ++s) {
-    float hi[4], rest[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = qf[4 * s + e] * p.scale;
-      hi[e] = __half2float(__float2half_rn(x));
-      rest[e] = x - hi[e];
-    }
-    qa[s][0] = half2_bits(hi[0], hi[1]);
-    qa[s][1] = half2_bits(rest[0], rest[1]);
-    qa[s][2] = half2_bits(hi[2], hi[3]);
-    qa[s][3] = half2_bits(rest[2], rest[3]);
-  }
-
   const int64_t kv_row = static_cast<int64_t>(p.n_head_kv) * D;
   const __half* kb = static_cast<const __half*>(p.k) + g * D + t * (D / 4);
   const __half* vb = static_cast<const __half*>(p.v) + g * D + gq * (D / 8);
-  float m_run = -INFINITY, l_run = 0.f;  // head gq (l: this lane's keys)
-  float acc[KS][4];                     // heads 2t, 2t + 1 x dims gq D / 8 + 2 j, + 1
-#pragma unroll
-  for (int j = 0; j < KS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-
-  for (int32_t kt = k0; kt < k1; kt += kTcTile) {
-    // Step u of this warp: keys kbase[u] .. + 15, the warps interleaved step by step (a
-    // short history spreads over all of them); steps u < nu hold keys (warp-uniform).
-    const int32_t first = kt + warp * 16;
-    if (first >= k1) break;  // no key of this warp in the tile (nor later)
-    const int nu = min(kTcSteps, (k1 - first + kDecWarps * 16 - 1) / (kDecWarps * 16));
-    // K rows: keys kbase + gq, kbase + 8 + gq; V rows (and this lane's scores): kbase + 2t,
-    // + 2t + 1, + 8 + 2t, + 9 + 2t. Table entries, then every load, then the math.
+  // A tile's step u of this warp: keys kbase[u] .. + 15, the warps interleaved step by
+  // step (a short history spreads over all of them). K rows: keys kbase + gq, kbase + 8 +
+  // gq; V rows (and this lane's scores): kbase + 2t, + 2t + 1, + 8 + 2t, + 9 + 2t. Keys
+  // from k1 on are masked (zero rows, -inf scores).
+  uint32_t kw[kTcSteps][2][KW], vw[kTcSteps][4][VW];
+  auto key_k = [&](int32_t first, int u, int i) { return first + u * kDecWarps * 16 + 8 * i + gq; };
+  auto key_v = [&](int32_t first, int u, int i) { return first + u * kDecWarps * 16 + 8 * (i >> 1) + 2 * t + (i & 1); };
+  // The rows of keys < below (all table entries first, then every load); zeros for the rest.
+  auto tile_loads = [&](int32_t first, int32_t below) {
     int64_t kr[kTcSteps][2], vr[kTcSteps][4];
 #pragma unroll
     for (int u = 0; u < kTcSteps; ++u) {
-      const int32_t kbase = first + u * kDecWarps * 16;
-      const int32_t kk[2] = {kbase + gq, kbase + 8 + gq};
-      const int32_t vk[4] = {kbase + 2 * t, kbase + 2 * t + 1, kbase + 8 + 2 * t, kbase + 9 + 2 * t};
 #pragma unroll
-      for (int i = 0; i < 2; ++i) kr[u][i] = kk[i] < k1 ? p.kv.row(kk[i]) * kv_row : -1;
+      for (int i = 0; i < 2; ++i) kr[u][i] = key_k(first, u, i) < below ? p.kv.row(key_k(first, u, i)) * kv_row : -1;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) vr[u][i] = vk[i] < k1 ? p.kv.row(vk[i]) * kv_row : -1;
+      for (int i = 0; i < 4; ++i) vr[u][i] = key_v(first, u, i) < below ? p.kv.row(key_v(first, u, i)) * kv_row : -1;
     }
-    uint32_t kw[kTcSteps][2][KW], vw[kTcSteps][4][VW];
 #pragma unroll
     for (int u = 0; u < kTcSteps; ++u) {
 #pragma unroll
@@ -800,6 +821,73 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
         }
       }
     }
+  };
+  // The rows of key `key` (storage offset `off`), where this lane holds it (after the wait).
+  auto tile_newest = [&](int32_t first, int32_t key, int64_t off) {
+#pragma unroll
+    for (int u = 0; u < kTcSteps; ++u) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (key_k(first, u, i) == key) load_words(kw[u][i], kb + off);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (key_v(first, u, i) == key) load_words(vw[u][i], vb + off);
+    }
+  };
+  // The key range of this split, from the query position.
+  const int32_t pq = p.pos ? p.pos[0] : p.pos0;
+  const int32_t lo = p.window > 0 ? max(0, pq - p.window + 1) : 0;
+  const int32_t n_keys = pq - lo + 1;
+  const int32_t per = split_keys(n_keys, p.n_splits, p.min_keys);
+  const int used = (n_keys + per - 1) / per;
+  const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
+  int64_t newest = -1;  // the newest key's storage offset, where this split's first tile holds it
+  if (k0 >= k1) return;  // an empty split (short history): takes no ticket
+  if (k0 + warp * 16 < k1) {
+    tile_loads(k0 + warp * 16, pq);
+    if (k1 == pq + 1 && pq < k0 + kTcTile) newest = p.kv.row(pq) * kv_row;
+  }
+  pdl_wait();
+  BRASS_PROBE_MARK(6, 1);
+  pdl_trigger();
+  // This lane's q chunk: head gq, dims [t D / 4, (t + 1) D / 4).
+  float qf[D / 4];
+  {
+    const float4* qr = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(g) * n_rep + gq) * D + t * (D / 4));
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i) {
+      const float4 x = gq < n_rep ? qr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      qf[4 * i] = x.x; qf[4 * i + 1] = x.y; qf[4 * i + 2] = x.z; qf[4 * i + 3] = x.w;
+    }
+  }
+  if (newest >= 0) tile_newest(k0 + warp * 16, pq, newest);
+  // A fragments of the scores: k step s takes dims t D / 4 + 4 s .. + 3 (see above).
+  uint32_t qa[KS][4];
+#pragma unroll
+  for (int s = 0; s < KS; ++s) {
+    float hi[4], rest[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = qf[4 * s + e] * p.scale;
+      hi[e] = __half2float(__float2half_rn(x));
+      rest[e] = x - hi[e];
+    }
+    qa[s][0] = half2_bits(hi[0], hi[1]);
+    qa[s][1] = half2_bits(rest[0], rest[1]);
+    qa[s][2] = half2_bits(hi[2], hi[3]);
+    qa[s][3] = half2_bits(rest[2], rest[3]);
+  }
+
+  float m_run = -INFINITY, l_run = 0.f;  // head gq (l: this lane's keys)
+  float acc[KS][4];                     // heads 2t, 2t + 1 x dims gq D / 8 + 2 j, + 1
+#pragma unroll
+  for (int j = 0; j < KS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int32_t kt = k0; kt < k1; kt += kTcTile) {
+    const int32_t first = kt + warp * 16;
+    if (first >= k1) break;  // no key of this warp in the tile (nor later)
+    const int nu = min(kTcSteps, (k1 - first + kDecWarps * 16 - 1) / (kDecWarps * 16));
+    if (kt != k0) tile_loads(first, k1);  // table entries, then every load, then the math
     // Scores of head gq: c[i][0] + c[i][2] (hi + lo) for key 2t of key tile i, [1] + [3] for 2t + 1.
     float sc[kTcSteps][4];
     float mt = -INFINITY;
@@ -818,7 +906,7 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
         sc[u][3] = c[1][1] + c[1][3];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          if (vr[u][i] < 0) sc[u][i] = -INFINITY;
+          if (key_v(first, u, i) >= k1) sc[u][i] = -INFINITY;
           mt = fmaxf(mt, sc[u][i]);
         }
       }
@@ -879,6 +967,7 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
     *reinterpret_cast<float2*>(&wacc[warp][2 * t + 1][d]) = make_float2(acc[j][1] * kPUnscale, acc[j][3] * kPUnscale);
   }
   __syncthreads();
+  BRASS_PROBE_MARK(6, 2);  // (after the warps' stores of their sums)
   dec_finish<D>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
 }
 
@@ -900,6 +989,9 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
   if (static_cast<int>(blockIdx.y) >= p.n_splits) return;
   dec_tc_body<D>(p, sinks, tickets + static_cast<int64_t>(blockIdx.z) * p.n_head_kv);
 }
+
+
+
 
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
 // (keys a used split gets at least; default one tile) and BRASS_CUDA_ATTN_DEC_SPLITS (most
@@ -1492,5 +1584,10 @@ bool launch_attn_qkv(const AttnQkvP& a, cudaStream_t st) {
   BRASS_CUDA_LAUNCHED();
   return true;
 }
+
+#ifdef BRASS_PROBE
+// The one-token attention's marks (kernel 6), appended to the CSV of probe_dump.
+void probe_dump_attn(const char* path) { probe_write(path, false); }
+#endif
 
 }  // namespace brass::backend::cuda

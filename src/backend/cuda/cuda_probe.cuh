@@ -8,13 +8,31 @@
 #pragma once
 
 #ifdef BRASS_PROBE
+#include <cstdio>
 namespace brass::backend::cuda {
-constexpr int kProbeKernels = 5, kProbeBlocks = 1024, kProbeMarks = 6;
-__device__ unsigned long long g_probe[kProbeKernels][kProbeBlocks][kProbeMarks];
+// Kernel ids: 0 norm_router, 1 gate/up, 2 down, 3 q/k/v, 4 wo (cuda_q8_pre.cu); 5 the wide
+// mat-mul's own marks (cuda_matmul_mma.cu); 6 the one-token attention (cuda_attention.cu).
+constexpr int kProbeKernels = 7, kProbeBlocks = 1024, kProbeMarks = 6;
+// One array per translation unit (static): each unit dumps its own kernels' marks.
+static __device__ unsigned long long g_probe[kProbeKernels][kProbeBlocks][kProbeMarks];
 __device__ __forceinline__ unsigned long long probe_now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
+}
+// This unit's marks as CSV rows kernel,block,mark,ns (a new file with its header when fresh).
+static inline void probe_write(const char* path, bool fresh) {
+  static unsigned long long h[kProbeKernels][kProbeBlocks][kProbeMarks];
+  cudaDeviceSynchronize();
+  if (cudaMemcpyFromSymbol(h, g_probe, sizeof(h)) != cudaSuccess) return;
+  FILE* f = std::fopen(path, fresh ? "w" : "a");
+  if (!f) return;
+  if (fresh) std::fprintf(f, "kernel,block,mark,ns\n");
+  for (int k = 0; k < kProbeKernels; ++k)
+    for (int b = 0; b < kProbeBlocks; ++b)
+      for (int m = 0; m < kProbeMarks; ++m)
+        if (h[k][b][m]) std::fprintf(f, "%d,%d,%d,%llu\n", k, b, m, h[k][b][m]);
+  std::fclose(f);
 }
 }  // namespace brass::backend::cuda
 #define BRASS_PROBE_MARK(k, m)                                                         \

@@ -602,19 +602,7 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
 
 #ifdef BRASS_PROBE
 // The marks of the last launch of each probed kernel as CSV: kernel,block,mark,ns.
-void probe_dump(const char* path) {
-  static unsigned long long h[kProbeKernels][kProbeBlocks][kProbeMarks];
-  cudaDeviceSynchronize();
-  if (cudaMemcpyFromSymbol(h, g_probe, sizeof(h)) != cudaSuccess) return;
-  FILE* f = std::fopen(path, "w");
-  if (!f) return;
-  std::fprintf(f, "kernel,block,mark,ns\n");
-  for (int k = 0; k < kProbeKernels; ++k)
-    for (int b = 0; b < kProbeBlocks; ++b)
-      for (int m = 0; m < kProbeMarks; ++m)
-        if (h[k][b][m]) std::fprintf(f, "%d,%d,%d,%llu\n", k, b, m, h[k][b][m]);
-  std::fclose(f);
-}
+void probe_dump(const char* path) { probe_write(path, true); }
 #endif
 
 }  // namespace brass::backend::cuda
