@@ -290,14 +290,15 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 // block-table entry, then K; V in batches of 8 keys, each a new round trip; then a second
 // launch for the combine): ~14 us per layer at depth 1, ~20 at 128 keys, ~24 at 4097 (H200,
 // ncu without cache flush). The decode kernels: grid (n_head_kv, n_splits), kDecWarps
-// warps, launched with PDL (the launch overlaps the q/k/v kernel's tail; everything but
-// the sinks is read after pdl_wait). A tile interleaves the warps key by key (a short
+// warps, launched with PDL (the launch overlaps the q/k/v kernel's tail; the f32 kernel
+// reads everything but the sinks after pdl_wait, the f16 one its first tile's older keys
+// before it: dec_tc_body). A tile interleaves the warps key by key (a short
 // history spreads over every warp) and issues all its loads, each key's block-table entry
 // once for K and V, before any math: one memory round trip per tile. The block merges its
 // warps; with one used split (short histories, sliding layers) it writes `out` itself,
 // otherwise it writes a partial (m, l, acc) and the last block of its kv head to finish (an
 // atomic ticket, reset by that block so a captured graph replays) merges the used splits
-// with the sink (dec_finish): no second launch.
+// with the sink (dec_finish: one exp per (head, split), then FMA chains): no second launch.
 // Splits: at least a tile of keys each (BRASS_CUDA_ATTN_SPLIT_KEYS overrides), at most one
 // wave of blocks (BRASS_CUDA_ATTN_DEC_SPLITS overrides): a block's tiles then follow each
 // other on its SM instead of queueing as further blocks. BRASS_CUDA_ATTN_DECODE=0 sends
