@@ -887,6 +887,7 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
   for (int32_t kt = k0; kt < k1; kt += kTcTile) {
     const int32_t first = kt + warp * 16;
     if (first >= k1) break;  // no key of this warp in the tile (nor later)
+    // steps u < nu hold keys (warp-uniform)
     const int nu = min(kTcSteps, (k1 - first + kDecWarps * 16 - 1) / (kDecWarps * 16));
     if (kt != k0) tile_loads(first, k1);  // table entries, then every load, then the math
     // Scores of head gq: c[i][0] + c[i][2] (hi + lo) for key 2t of key tile i, [1] + [3] for 2t + 1.
@@ -990,9 +991,6 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
   if (static_cast<int>(blockIdx.y) >= p.n_splits) return;
   dec_tc_body<D>(p, sinks, tickets + static_cast<int64_t>(blockIdx.z) * p.n_head_kv);
 }
-
-
-
 
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
 // (keys a used split gets at least; default one tile) and BRASS_CUDA_ATTN_DEC_SPLITS (most
