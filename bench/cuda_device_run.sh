@@ -15,7 +15,8 @@
 #   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
-#   cold reads (bench/cuda_gu_pattern.cu).
+#   cold reads (bench/cuda_gu_pattern.cu). B_DIR: the build the stages after `build` run
+#   (default build-dev; B_DIR=build-base after an `ab` stage traces the base tree).
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -29,7 +30,7 @@ if [ ! -f /usr/include/fmt/core.h ] || [ ! -d /usr/include/CLI ] || [ ! -f /usr/
   PREFIX=(-DCMAKE_PREFIX_PATH=/tmp/deps/usr)
   export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
 fi
-B=build-dev
+B=${B_DIR:-build-dev}
 # Layers that need packages the device lacks (cpp-httplib, PCRE2) are not configured
 # there (this is the device's throwaway copy of the tree, the CUDA targets do not need
 # them) unless the `cli` stage is asked for: it builds the whole `brass` binary with

@@ -347,37 +347,50 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   const int g = blockIdx.x, split = blockIdx.y, tid = threadIdx.x;
   const int n_rep = p.n_head / p.n_head_kv;
   const int h0 = g * n_rep;
+  // Each (warp, head)'s factor exp(m_w - M) once, M over the block's warps (and the sink
+  // when this is the only split), with the head's sum of l: a lane per (head, warp), eight
+  // lanes a head. Then every output (or partial) is a chain of FMAs over the warps. (It
+  // took one exp per (output, warp) term: 16 a thread.)
+  __shared__ float wf[kDecWarps][kMaxRep], hm[kMaxRep], hl[kMaxRep];
+  static_assert(kDecWarps == 8 && kMaxRep * kDecWarps == 2 * kWarp, "two warps: a lane per (head, warp)");
+  if (tid < kMaxRep * kDecWarps) {
+    const int r = tid / kDecWarps, w = tid % kDecWarps;
+    const bool ok = r < n_rep;
+    const float m = ok ? wm[w][r] : -INFINITY;  // -inf: a warp without keys
+    float M = m;
+#pragma unroll
+    for (int o = kDecWarps / 2; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (used == 1 && ok) M = fmaxf(M, sk[r]);
+    const float f = m == -INFINITY ? 0.f : __expf(m - M);
+    float l = ok ? f * wl[w][r] : 0.f;
+#pragma unroll
+    for (int o = kDecWarps / 2; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (ok) {
+      wf[w][r] = f;
+      if (w == 0) {
+        hm[r] = M;
+        hl[r] = l + (used == 1 && has_sinks ? __expf(sk[r] - M) : 0.f);
+      }
+    }
+  }
+  __syncthreads();
+  auto merged = [&](int r, int d) {
+    float num = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) num += wf[w][r] * wacc[w][r][d];
+    return num;
+  };
   if (used == 1) {  // the only split: out = the block's merge with the sink
     for (int i = tid; i < n_rep * D; i += kThreads) {
       const int r = i / D, d = i % D;
-      float M = sk[r];
-      for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
-      float den = has_sinks ? __expf(sk[r] - M) : 0.f, num = 0.f;
-      for (int w = 0; w < kDecWarps; ++w) {
-        if (wm[w][r] == -INFINITY) continue;  // a warp without keys
-        const float f = __expf(wm[w][r] - M);
-        den += f * wl[w][r];
-        num += f * wacc[w][r][d];
-      }
-      p.out[static_cast<int64_t>(h0 + r) * D + d] = num / den;
+      p.out[static_cast<int64_t>(h0 + r) * D + d] = merged(r, d) / hl[r];
     }
     return;
   }
   // This split's partial (m, l, acc) per head, laid out as attn_split_body writes it.
   for (int i = tid; i < n_rep * (D + 2); i += kThreads) {
     const int r = i / (D + 2), e = i % (D + 2);
-    float M = -INFINITY;
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][r]);
-    float v = 0.f;
-    if (e == 0) {
-      v = M;
-    } else {
-      for (int w = 0; w < kDecWarps; ++w) {
-        if (wm[w][r] == -INFINITY) continue;
-        const float f = __expf(wm[w][r] - M);
-        v += f * (e == 1 ? wl[w][r] : wacc[w][r][e - 2]);
-      }
-    }
+    const float v = e == 0 ? hm[r] : e == 1 ? hl[r] : merged(r, e - 2);
     p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
   }
   // Ticket: the barrier orders every thread's partial writes before thread 0's release;

@@ -115,6 +115,17 @@ __device__ __forceinline__ void walk_steps(Batch<B> (&buf)[2], int64_t g, int64_
   }
 }
 
+// The start both walks share: the warp's first batch (static weights) goes out before the
+// PDL wait; after it the block quantizes x into shared memory (xq, xd).
+template <class FirstLoad>
+__device__ __forceinline__ void head_begin(const HeadP& p, int n, int8_t* xq, float* xd, FirstLoad&& first_load) {
+  first_load();
+  pdl_wait();
+  pdl_trigger();
+  quantize_x_smem(p.x, n, xq, xd);
+  __syncthreads();
+}
+
 // grid: persistent (<= groups); warp w of block b takes groups b * kWarps + w + k * stride.
 // Batches of B chunks a lane (walk_steps).
 template <bool PICK, int B>
@@ -135,11 +146,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_q8_kernel(HeadP p, 
   };
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   Batch<B> buf[2];
-  load(buf[0], g, 0);  // before the wait: the weights are static
-  pdl_wait();
-  pdl_trigger();
-  quantize_x_smem(p.x, n, xq, xd);
-  __syncthreads();
+  head_begin(p, n, xq, xd, [&] { load(buf[0], g, 0); });
   ArgBest best{-INFINITY, -1};
   float acc = 0.f;
   // The end of group g (warp-uniform): the row's 4 lanes summed, stored, and picked from.
@@ -191,11 +198,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) head_flat_kernel(HeadP p
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   auto load = [&](Batch<B>& bt, int64_t gg, int bb) { load_flat<B>(bt, w, gg, bb, total, lane); };
   Batch<B> buf[2];
-  load(buf[0], g, 0);  // before the wait: the weights are static
-  pdl_wait();
-  pdl_trigger();
-  quantize_x_smem(p.x, n, xq, xd);
-  __syncthreads();
+  head_begin(p, n, xq, xd, [&] { load(buf[0], g, 0); });
   ArgBest best{-INFINITY, -1};
   float cur = 0.f, next = 0.f;  // the sums of the group's unfinished row r and of r + 1
   int r = 0;                     // (warp-uniform)
