@@ -769,6 +769,16 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half* p) {
     w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
 }
+// load_words at p + off, or zeros for off < 0 (a masked key: its p = 0 times a finite value).
+template <int W>
+__device__ __forceinline__ void load_words_or_zero(uint32_t (&w)[W], const __half* p, int64_t off) {
+  if (off >= 0) {
+    load_words(w, p + off);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) w[i] = 0u;
+  }
+}
 
 // The first tile's table entries and K / V rows load before the PDL wait, all but the
 // newest key's. Everything they read was written before the previous kernel started (the
@@ -817,23 +827,9 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
 #pragma unroll
     for (int u = 0; u < kTcSteps; ++u) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (kr[u][i] >= 0) {
-          load_words(kw[u][i], kb + kr[u][i]);
-        } else {
+      for (int i = 0; i < 2; ++i) load_words_or_zero(kw[u][i], kb, kr[u][i]);
 #pragma unroll
-          for (int w = 0; w < KW; ++w) kw[u][i][w] = 0u;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (vr[u][i] >= 0) {
-          load_words(vw[u][i], vb + vr[u][i]);
-        } else {
-#pragma unroll
-          for (int w = 0; w < VW; ++w) vw[u][i][w] = 0u;  // (zeros: p = 0 times a finite value)
-        }
-      }
+      for (int i = 0; i < 4; ++i) load_words_or_zero(vw[u][i], vb, vr[u][i]);
     }
   };
   // The rows of key `key` (storage offset `off`), where this lane holds it (after the wait).
