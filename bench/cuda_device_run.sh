@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab|sass]...
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
@@ -182,6 +182,18 @@ for s in $STAGES; do
             grep -E '^(tg|pp|[0-9]+ )' | tr '\n' '|')"
         done
       done | tee "$OUT/ab.txt" ;;
+    sass)
+      # Per kernel of the decode bench (this build, B_DIR): global loads / cp.async copies /
+      # bulk prefetches issued before and after the PDL wait (ACQBULK) in its SASS. ptxas may
+      # sink a read-only load written before pdl_wait below it (cuda_common.cuh).
+      cuobjdump -sass $B/bench/cuda_decode_bench 2>/dev/null | awk '
+        /Function : /{if (name != "" && acq) printf "%4d before / %4d after  %s\n", pre, post, name
+                      name = $3; pre = 0; post = 0; acq = 0; next}
+        /ACQBULK/{acq = 1}
+        /LDG|LDGSTS|UBLKPF/{if (acq) post++; else pre++}
+        END{if (acq) printf "%4d before / %4d after  %s\n", pre, post, name}' |
+        sed -E 's/_ZN5brass7backend4cuda[0-9]+_GLOBAL__N__[0-9a-f]+_[0-9]+_//' | grep -E "${SASS_KERNELS:-.}" |
+        sort -u | tee "$OUT/sass_wait.txt" ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;

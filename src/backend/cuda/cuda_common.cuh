@@ -34,6 +34,13 @@ inline constexpr int kWarp = 32;
 // kernel's pre-wait code runs, every kernel before its predecessor has completed (so
 // e.g. the MoE down kernel may read the router's expert ids before its wait).
 // Both instructions are no-ops for kernels launched without the attribute.
+// A read-only load (__ldg, ld.global.nc) written before pdl_wait is not bound to stay
+// there: ptxas may sink it below the wait (griddepcontrol.wait, ACQBULK in SASS) towards
+// its first use, even when the PTX has it above. Seen in the SASS (session 22): all of
+// norm_router_kernel's router-row / norm-weight loads and the output head's first batch
+// go out after the wait; wo's, q/k/v's and down's pre-wait loads and copies stay above.
+// cp.async copies (cp_async16) and bulk prefetches are issued where they are written. Check
+// a new kernel's SASS (bench/cuda_device_run.sh sass) rather than trusting the source.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 

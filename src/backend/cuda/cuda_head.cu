@@ -115,8 +115,9 @@ __device__ __forceinline__ void walk_steps(Batch<B> (&buf)[2], int64_t g, int64_
   }
 }
 
-// The start both walks share: the warp's first batch (static weights) goes out before the
-// PDL wait; after it the block quantizes x into shared memory (xq, xd).
+// The start both walks share: the warp's first batch (static weights) is written before
+// the PDL wait (ptxas issues its loads after the wait all the same: cuda_common.cuh); after
+// it the block quantizes x into shared memory (xq, xd).
 template <class FirstLoad>
 __device__ __forceinline__ void head_begin(const HeadP& p, int n, int8_t* xq, float* xd, FirstLoad&& first_load) {
   first_load();

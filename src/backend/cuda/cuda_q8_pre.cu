@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
   const float4* nw4 = reinterpret_cast<const float4*>(p.norm);
   float4 w[kNormVec], nw[kNormVec], v[kNormVec];
 #pragma unroll
-  for (int i = 0; i < kNormVec; ++i) {  // static: before the wait
+  for (int i = 0; i < kNormVec; ++i) {  // static, written before the wait (issued after it: cuda_common.cuh)
     const int j = threadIdx.x + i * kThreads;
     w[i] = j < n4 ? __ldg(wr + j) : make_float4(0, 0, 0, 0);
     nw[i] = j < n4 ? __ldg(nw4 + j) : make_float4(0, 0, 0, 0);
