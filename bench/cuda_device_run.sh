@@ -190,7 +190,7 @@ for s in $STAGES; do
         /Function : /{if (name != "" && acq) printf "%4d before / %4d after  %s\n", pre, post, name
                       name = $3; pre = 0; post = 0; acq = 0; next}
         /ACQBULK/{acq = 1}
-        /LDG|LDGSTS|UBLKPF/{if (acq) post++; else pre++}
+        /(LDG|LDGSTS)\.|UBLKPF/{if (acq) post++; else pre++}  # (not LDGDEPBAR: a commit)
         END{if (acq) printf "%4d before / %4d after  %s\n", pre, post, name}' |
         sed -E 's/_ZN5brass7backend4cuda[0-9]+_GLOBAL__N__[0-9a-f]+_[0-9]+_//' | grep -E "${SASS_KERNELS:-.}" |
         sort -u | tee "$OUT/sass_wait.txt" ;;
