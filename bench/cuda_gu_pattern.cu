@@ -115,6 +115,82 @@ __global__ void __launch_bounds__(256) gu_ring(Layer L, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
+
+// The rows shape with a row's 90 scale bytes loaded as 23 aligned words by lanes 0..23
+// (one LDG.32 a row instead of three LDG.U8), the bytes picked by shuffles.
+__global__ void __launch_bounds__(128) gu_rows_sw(Layer L, unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t(L.ids[blockIdx.y]) * kRows + blockIdx.x * 4 + warp;
+  uint4 g[3], u[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int c = lane + 32 * i;
+    g[i] = c < 90 ? __ldg(reinterpret_cast<const uint4*>(L.gq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+    u[i] = c < 90 ? __ldg(reinterpret_cast<const uint4*>(L.uq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+  }
+  const int64_t s0 = row * kScale, w0 = s0 / 4;
+  const unsigned gw = lane < 24 ? __ldg(reinterpret_cast<const unsigned*>(L.gs) + w0 + lane) : 0u;
+  const unsigned uw = lane < 24 ? __ldg(reinterpret_cast<const unsigned*>(L.us) + w0 + lane) : 0u;
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int b = int(s0 % 4) + lane + 32 * i;  // byte b of the words
+    acc ^= __shfl_sync(0xffffffffu, gw, (b / 4) & 31) >> (8 * (b % 4));
+    acc ^= __shfl_sync(0xffffffffu, uw, (b / 4) & 31) >> (8 * (b % 4));
+    acc ^= fold(g[i]) ^ fold(u[i]);
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// A persistent walk as the output head does it: warps take units (slot, row) with the
+// grid's stride (the whole GPU sweeps each slot's rows front to back), two register
+// buffers in turn: a unit's loads go out before the previous unit is consumed.
+struct Unit {
+  uint4 g[3], u[3];
+  unsigned s;
+};
+__device__ __forceinline__ void load_unit(Unit& t, const Layer& L, int un, int lane) {
+  const int sl = un / kRows;  // (selects: a parameter array indexed at run time goes to the stack)
+  const int id = sl == 0 ? L.ids[0] : sl == 1 ? L.ids[1] : sl == 2 ? L.ids[2] : L.ids[3];
+  const int64_t row = int64_t(id) * kRows + un % kRows;
+  t.s = 0;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int c = lane + 32 * i;
+    const bool ok = c < 90;
+    t.g[i] = ok ? __ldg(reinterpret_cast<const uint4*>(L.gq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+    t.u[i] = ok ? __ldg(reinterpret_cast<const uint4*>(L.uq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
+    if (ok) t.s ^= (unsigned(__ldg(L.gs + row * kScale + c)) << (8 * i)) ^ (unsigned(__ldg(L.us + row * kScale + c)) << (8 * i + 4));
+  }
+}
+__device__ __forceinline__ unsigned use_unit(const Unit& t) {
+  unsigned a = t.s;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) a ^= fold(t.g[i]) ^ fold(t.u[i]);
+  return a;
+}
+template <int NB>
+__global__ void __launch_bounds__(128) gu_walk(Layer L, unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tw = gridDim.x * 4, units = kSlots * kRows;
+  int un = blockIdx.x * 4 + warp;
+  Unit buf[NB];
+#pragma unroll
+  for (int k = 0; k < NB - 1; ++k)
+    if (un + k * tw < units) load_unit(buf[k], L, un + k * tw, lane);
+  unsigned acc = 0;
+  while (un < units) {
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {  // buffer k holds unit un; k - 1 (mod NB) gets un + (NB - 1) tw
+      if (un >= units) break;
+      const int nx = un + (NB - 1) * tw;
+      if (nx < units) load_unit(buf[(k + NB - 1) % NB], L, nx, lane);
+      acc ^= use_unit(buf[k]);
+      un += tw;
+    }
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
 }  // namespace
 
 int main() {
@@ -165,6 +241,14 @@ int main() {
   timeit("rows: codes only", [&](int l) { gu_rows<false, false><<<dim3(720, 4), 128>>>(rnd[l], sink); });
   timeit("rows: experts 0-3 (adjacent)", [&](int l) { gu_rows<true, false><<<dim3(720, 4), 128>>>(adj[l], sink); });
   timeit("rows: slot-fastest block order", [&](int l) { gu_rows<true, true><<<2880, 128>>>(rnd[l], sink); });
+  timeit("rows: scales as words", [&](int l) { gu_rows_sw<<<dim3(720, 4), 128>>>(rnd[l], sink); });
+  for (int bps : {4, 6, 8}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "walk 2 buffers x %d warps/SM", 4 * bps);
+    timeit(name, [&](int l) { gu_walk<2><<<sms * bps, 128>>>(rnd[l], sink); });
+    std::snprintf(name, sizeof name, "walk 3 buffers x %d warps/SM", 4 * bps);
+    timeit(name, [&](int l) { gu_walk<3><<<sms * bps, 128>>>(rnd[l], sink); });
+  }
   auto ring = [&](auto kern, int stages, int bps, const char* name) {
     const int smem = 8 * stages * kStage;
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -38,10 +38,25 @@ inline constexpr int kWarp = 32;
 // there: ptxas may sink it below the wait (griddepcontrol.wait, ACQBULK in SASS) towards
 // its first use, even when the PTX has it above. Seen in the SASS (session 22): all of
 // norm_router_kernel's router-row / norm-weight loads and the output head's first batch
-// go out after the wait; wo's, q/k/v's and down's pre-wait loads and copies stay above.
+// went out after the wait; wo's, q/k/v's and down's pre-wait loads and copies stay above.
+// norm_router now waits with pdl_wait_fenced (below), which keeps its loads above the wait
+// (H200: norm_router 5.74 -> 5.33 us a layer, tg128 +1%); the head's first batch kept
+// above it the same way measured no gain (session 23).
 // cp.async copies (cp_async16) and bulk prefetches are issued where they are written. Check
 // a new kernel's SASS (bench/cuda_device_run.sh sass) rather than trusting the source.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// pdl_wait for a kernel whose read-only loads written before it ptxas would otherwise sink
+// below it (above): an untaken branch ends the basic block after those loads, and ptxas
+// issues them there, before the wait (SASS: bench/cuda_device_run.sh sass). The kernel
+// must be launched with gridDim.z == 1 (the branch traps otherwise). FENCE false: a plain
+// pdl_wait (A/B).
+template <bool FENCE = true>
+__device__ __forceinline__ void pdl_wait_fenced() {
+  if constexpr (FENCE) {
+    if (gridDim.z != 1u) __trap();
+  }
+  pdl_wait();
+}
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // Asynchronous global -> shared copies (LDGSTS): no registers held while in flight;
