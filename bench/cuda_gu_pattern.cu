@@ -4,7 +4,10 @@
 // 90 E8M0 scale bytes each, ~35 MB) with no arithmetic, in several shapes, and a plain
 // contiguous read of the same size for reference. Each launch reads another "layer"
 // (24 layers of 32 experts' gate and up tensors, ~6.8 GB) so nothing hits in L2; time
-// per launch from CUDA events over back-to-back launches.
+// per launch from CUDA events over back-to-back launches. Shapes: the kernel's grid, a
+// cp.async ring (session 11), and a persistent walk as the output head reads (session 23:
+// within ~0.6 us of the plain read cold, yet slower than the grid in the decode chain,
+// where each warp's dot products sit between its loads; BENCHMARKS.md).
 // Build: nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup
 #include <cuda_runtime.h>
 
@@ -160,7 +163,9 @@ __device__ __forceinline__ void load_unit(Unit& t, const Layer& L, int un, int l
     const bool ok = c < 90;
     t.g[i] = ok ? __ldg(reinterpret_cast<const uint4*>(L.gq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
     t.u[i] = ok ? __ldg(reinterpret_cast<const uint4*>(L.uq + row * kCode) + c) : make_uint4(0, 0, 0, 0);
-    if (ok) t.s ^= (unsigned(__ldg(L.gs + row * kScale + c)) << (8 * i)) ^ (unsigned(__ldg(L.us + row * kScale + c)) << (8 * i + 4));
+    if (ok)
+      t.s ^= (unsigned(__ldg(L.gs + row * kScale + c)) << (8 * i)) ^
+             (unsigned(__ldg(L.us + row * kScale + c)) << (8 * i + 4));
   }
 }
 __device__ __forceinline__ unsigned use_unit(const Unit& t) {
