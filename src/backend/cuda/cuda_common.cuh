@@ -442,6 +442,21 @@ __device__ __forceinline__ void quantize_group_warp(float v, int lane, int8_t* q
   if (lane == 0) *d = __half2float(__float2half_rn(dv));
 }
 
+// A 32-group held as 8 neighbouring threads' float4s (threads 8k .. 8k + 7 of a warp, all
+// lanes calling) quantized as quantize_group_warp does: returns the group's scale (amax /
+// 127, in every thread of the group) and this thread's 4 codes round(x_e / scale).
+__device__ __forceinline__ float quantize_f4_group8(float4 x, int8_t (&q)[4]) {
+  float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) q[e] = static_cast<int8_t>(roundf(xs[e] * id));
+  return d;
+}
+
 // Sum of v over the block (any multiple of 32 threads); sh: blockDim.x / 32 floats.
 __device__ __forceinline__ float block_sum(float v, float* sh) {
   v = warp_sum(v);

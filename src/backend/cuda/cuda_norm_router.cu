@@ -48,22 +48,16 @@ __device__ __forceinline__ void quantize_row_regs(const float4 (&v)[kVec], int n
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const int j = tid + i * kThreads;
-    const float4 x = v[i];  // (zero past the row)
-    float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int8_t q[4];
+    const float d = quantize_f4_group8(v[i], q);  // (v is zero past the row)
     if (j >= n4) continue;
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const int64_t gi = t * (n / 32) + j / 8;
     const int l0 = (j % 8) * 4;
-    const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int8_t q = static_cast<int8_t>(roundf(xs[e] * id));
       const int64_t at = gi * 32 + mx_pos(l0 + e);
-      prep.xq[at] = q;
-      prep.xq[n_tok * n + at] = static_cast<int8_t>(-q);
+      prep.xq[at] = q[e];
+      prep.xq[n_tok * n + at] = static_cast<int8_t>(-q[e]);
     }
     if (j % 8 == 0) prep.xd[gi] = __half2float(__float2half_rn(d));
   }

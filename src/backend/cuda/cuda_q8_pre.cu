@@ -87,6 +87,28 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   BRASS_PROBE_MARK(4, 3);
 }
 
+// norm_router's residual: y (+ add) of the token as this thread's kNormVec float4s (float4
+// threadIdx.x + i kThreads; zero past the row) and the RMSNorm's 1 / sqrt(mean(v^2) + eps)
+// (block_sum's order; sh: kWarps floats).
+__device__ __forceinline__ float residual_inv_rms(const MoeBlockP& p, int n4, float4 (&v)[kNormVec], float* sh) {
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    v[i] = make_float4(0, 0, 0, 0);
+    if (j < n4) {
+      v[i] = reinterpret_cast<const float4*>(p.y)[j];
+      if (p.add) {
+        const float4 a = reinterpret_cast<const float4*>(p.add)[j];
+        v[i] = make_float4(v[i].x + a.x, v[i].y + a.y, v[i].z + a.z, v[i].w + a.w);
+      }
+    }
+    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  }
+  ss = block_sum(ss, sh);
+  return 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
+}
+
 // counters[0]: the block ticket.
 template <bool MXO>
 __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8_t* xq, float* xd,
@@ -110,22 +132,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
   pdl_wait_fenced();
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < kNormVec; ++i) {
-    const int j = threadIdx.x + i * kThreads;
-    v[i] = make_float4(0, 0, 0, 0);
-    if (j < n4) {
-      v[i] = reinterpret_cast<const float4*>(p.y)[j];
-      if (p.add) {
-        const float4 a = reinterpret_cast<const float4*>(p.add)[j];
-        v[i] = make_float4(v[i].x + a.x, v[i].y + a.y, v[i].z + a.z, v[i].w + a.w);
-      }
-    }
-    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-  }
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
+  const float inv = residual_inv_rms(p, n4, v, red);
   float dot = 0.f;
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
@@ -203,22 +210,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
   pdl_wait_fenced();
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < kNormVec; ++i) {
-    const int j = tid + i * kThreads;
-    v[i] = make_float4(0, 0, 0, 0);
-    if (j < n4) {
-      v[i] = reinterpret_cast<const float4*>(p.y)[j];
-      if (p.add) {
-        const float4 a = reinterpret_cast<const float4*>(p.add)[j];
-        v[i] = make_float4(v[i].x + a.x, v[i].y + a.y, v[i].z + a.z, v[i].w + a.w);
-      }
-    }
-    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-  }
-  ss = block_sum(ss, &red[0][0]);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
+  const float inv = residual_inv_rms(p, n4, v, &red[0][0]);
   float4 xv[kNormVec];
   float dot[kNrEpb] = {};
 #pragma unroll
@@ -257,22 +249,16 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
     const int j = tid + i * kThreads, g = j / 8;  // the 32-group of float4 j: 8 neighbouring threads
-    const float4 x = xv[i];
-    float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int8_t q[4];
+    const float d = quantize_f4_group8(xv[i], q);
     if (j >= n4 || g % kNrCluster != b) continue;
     if (p.add) reinterpret_cast<float4*>(p.y)[j] = v[i];
-    reinterpret_cast<float4*>(p.xn)[j] = x;
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const float xs[4] = {x.x, x.y, x.z, x.w};
+    reinterpret_cast<float4*>(p.xn)[j] = xv[i];
     uint32_t word = 0;  // the 4 codes at once (Q8_0 order), or one byte each (MXFP4 order)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int8_t q = static_cast<int8_t>(roundf(xs[e] * id));
-      if constexpr (MXO) xq[g * 32 + mx_pos((j % 8) * 4 + e)] = q;
-      else word |= (static_cast<uint32_t>(q) & 0xffu) << (8 * e);
+      if constexpr (MXO) xq[g * 32 + mx_pos((j % 8) * 4 + e)] = q[e];
+      else word |= (static_cast<uint32_t>(q[e]) & 0xffu) << (8 * e);
     }
     if constexpr (!MXO) reinterpret_cast<uint32_t*>(xq)[j] = word;
     if (j % 8 == 0) xd[g] = __half2float(__float2half_rn(d));
