@@ -48,13 +48,9 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // pdl_wait for a kernel whose read-only loads written before it ptxas would otherwise sink
 // below it (above): an untaken branch ends the basic block after those loads, and ptxas
 // issues them there, before the wait (SASS: bench/cuda_device_run.sh sass). The kernel
-// must be launched with gridDim.z == 1 (the branch traps otherwise). FENCE false: a plain
-// pdl_wait (A/B).
-template <bool FENCE = true>
+// must be launched with gridDim.z == 1 (the branch traps otherwise).
 __device__ __forceinline__ void pdl_wait_fenced() {
-  if constexpr (FENCE) {
-    if (gridDim.z != 1u) __trap();
-  }
+  if (gridDim.z != 1u) __trap();
   pdl_wait();
 }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
