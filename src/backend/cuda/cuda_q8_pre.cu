@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   }
   const int8_t* xs = XS ? sxq : xq;
   const float* ds = XS ? sxd : xd;
-  const float gv = warp_sum(frag_dot<TYPE, C>(g, xs, ds, nc, lane));
-  const float uv = warp_sum(frag_dot<TYPE, C>(u, xs, ds, nc, lane));
+  const float2 guv = frag_dot2<TYPE, C>(g, u, xs, ds, nc, lane);  // x read once for both rows
+  const float gv = warp_sum(guv.x), uv = warp_sum(guv.y);
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
   BRASS_PROBE_MARK(1, 3);
   // One ticket per block (the release is cumulative over the barrier): the group's 8th
@@ -489,12 +489,15 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPre
   float a0, a1;
   if constexpr (STAGE) {
     const auto* s16 = reinterpret_cast<const unsigned short*>(wss);
-    a0 = warp_sum(staged_dot_q8<C>(wsq, s16, xq, xd, nc, lane));
-    a1 = warp_sum(staged_dot_q8<C>(wsq + n, s16 + n / 32, xq, xd, nc, lane));
+    const float2 d = staged_dot2_q8<C>(wsq, s16, wsq + n, s16 + n / 32, xq, xd, nc, lane);
+    a0 = warp_sum(d.x);
+    a1 = warp_sum(d.y);
   } else {
-    a0 = warp_sum(frag_dot<TYPE, C>(f0, xq, xd, nc, lane));
-    a1 = warp_sum(frag_dot<TYPE, C>(f1, xq, xd, nc, lane));
+    const float2 d = frag_dot2<TYPE, C>(f0, f1, xq, xd, nc, lane);
+    a0 = warp_sum(d.x);
+    a1 = warp_sum(d.y);
   }
+  BRASS_PROBE_MARK(3, 4);
   if (lane != 0) return;
   float x0 = a0 + b0, x1 = a1 + b1;
   const int32_t pp = p.pos[0];

@@ -54,23 +54,35 @@ __device__ __forceinline__ void frag_load(RowFrag<C>& f, const DevW& w, int64_t 
   }
 }
 
-// Q8_0 chunk c (16 quants q, f16 scale bits s) times the int8 activations: dp4a over the
-// 16 bytes, then scaled by the weight's and the activations' scales.
-__device__ __forceinline__ float q8_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
-  const int4 a = *reinterpret_cast<const int4*>(xq + c * 16);
+// Q8_0 chunk (16 quants q, f16 scale bits s) times its 16 int8 activations a (scale xs):
+// dp4a over the 16 bytes, then scaled by the weight's and the activations' scales.
+__device__ __forceinline__ float q8_term(uint4 q, uint32_t s, int4 a, float xs) {
   int d = __dp4a(static_cast<int>(q.x), a.x, 0);
   d = __dp4a(static_cast<int>(q.y), a.y, d);
   d = __dp4a(static_cast<int>(q.z), a.z, d);
   d = __dp4a(static_cast<int>(q.w), a.w, d);
-  return static_cast<float>(d) * (__half2float(__ushort_as_half(static_cast<unsigned short>(s))) * xd[c >> 1]);
+  return static_cast<float>(d) * (__half2float(__ushort_as_half(static_cast<unsigned short>(s))) * xs);
+}
+__device__ __forceinline__ int4 q8_chunk_x(const int8_t* xq, int c) { return *reinterpret_cast<const int4*>(xq + c * 16); }
+__device__ __forceinline__ float q8_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
+  return q8_term(q, s, q8_chunk_x(xq, c), xd[c >> 1]);
 }
 
-// MXFP4 chunk c (32 codes q, E8M0 scale s) times the int8 activations in MXFP4 order.
-__device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
+// MXFP4 chunk (32 codes q, E8M0 scale s) times its 32 int8 activations in MXFP4 order (xw,
+// scale xs).
+struct MxX {
+  int w[8];
+};
+__device__ __forceinline__ MxX mx_chunk_x(const int8_t* xq, int c) {
   const int4 a = *reinterpret_cast<const int4*>(xq + c * 32);
   const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
-  const int xw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  return static_cast<float>(mx_dot(q, xw)) * (e8m0_half(static_cast<uint8_t>(s)) * xd[c]);
+  return MxX{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
+}
+__device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs) {
+  return static_cast<float>(mx_dot(q, x.w)) * (e8m0_half(static_cast<uint8_t>(s)) * xs);
+}
+__device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
+  return mx_term(q, s, mx_chunk_x(xq, c), xd[c]);
 }
 
 // frag_dot<kMX, C> over a row whose codes are staged in shared memory (q: n_in / 2 bytes)
@@ -83,20 +95,6 @@ __device__ __forceinline__ float staged_dot_mx(const uint8_t* q, const RowFrag<C
   for (int i = 0; i < C; ++i) {
     const int c = lane + i * kWarp;
     if (c < nc) acc += mx_chunk_term(reinterpret_cast<const uint4*>(q)[c], f.s[i], xq, xd, c);
-  }
-  return acc;
-}
-
-// frag_dot<kQ8, C> over a row staged in shared memory (q: n_in bytes, s: n_in / 32 f16
-// scales) instead of registers: the same terms in the same order, so the same bits.
-template <int C>
-__device__ __forceinline__ float staged_dot_q8(const uint8_t* q, const unsigned short* s, const int8_t* xq,
-                                               const float* xd, int nc, int lane) {
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-    const int c = lane + i * kWarp;
-    if (c < nc) acc += q8_chunk_term(reinterpret_cast<const uint4*>(q)[c], s[c >> 1], xq, xd, c);
   }
   return acc;
 }
@@ -118,6 +116,53 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
     }
   }
   return acc;
+}
+
+// frag_dot of two rows at once (gate and up; a q/k/v pair), each chunk's activations read
+// once for both: per row the same terms in the same order (its bits).
+template <int TYPE, int C>
+__device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<C>& f1, const int8_t* xq,
+                                            const float* xd, int nc, int lane) {
+  float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) {
+      if constexpr (TYPE == kQ8) {
+        const int4 x = q8_chunk_x(xq, c);
+        const float xs = xd[c >> 1];
+        a0 += q8_term(f0.q[i], f0.s[i], x, xs);
+        a1 += q8_term(f1.q[i], f1.s[i], x, xs);
+      } else {
+        const MxX x = mx_chunk_x(xq, c);
+        const float xs = xd[c];
+        a0 += mx_term(f0.q[i], f0.s[i], x, xs);
+        a1 += mx_term(f1.q[i], f1.s[i], x, xs);
+      }
+    }
+  }
+  return make_float2(a0, a1);
+}
+
+// frag_dot<kQ8, C> of two rows staged in shared memory (q0 / q1: n_in bytes each; s0 / s1:
+// n_in / 32 f16 scales) instead of registers, each chunk's activations read once for both:
+// per row the same terms in the same order, so the same bits.
+template <int C>
+__device__ __forceinline__ float2 staged_dot2_q8(const uint8_t* q0, const unsigned short* s0, const uint8_t* q1,
+                                                 const unsigned short* s1, const int8_t* xq, const float* xd, int nc,
+                                                 int lane) {
+  float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < nc) {
+      const int4 x = q8_chunk_x(xq, c);
+      const float xs = xd[c >> 1];
+      a0 += q8_term(reinterpret_cast<const uint4*>(q0)[c], s0[c >> 1], x, xs);
+      a1 += q8_term(reinterpret_cast<const uint4*>(q1)[c], s1[c >> 1], x, xs);
+    }
+  }
+  return make_float2(a0, a1);
 }
 
 // Fragment sizes the single-token kernels are built for: the smallest one that holds
