@@ -1,10 +1,12 @@
 // Fresh random inputs for the backend tests (CPU ops, SIMD kernels, CUDA kernels): a
 // generator seeded from std::random_device whose seed SEED_TRACE prints on failure.
+// BRASS_TEST_SEED=<seed> replays one: every generator then starts from it.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -13,7 +15,11 @@ namespace brass::backend::testing {
 struct Rng {
   uint32_t seed;
   std::mt19937 gen;
-  Rng() : seed(std::random_device{}()), gen(seed) {}
+  Rng() : seed(initial_seed()), gen(seed) {}
+  static uint32_t initial_seed() {
+    const char* e = std::getenv("BRASS_TEST_SEED");
+    return e && *e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
+  }
   float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
   std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
     std::vector<float> v(n);
