@@ -119,7 +119,7 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
 }
 
 // frag_dot of two rows at once (gate and up; a q/k/v pair), each chunk's activations read
-// once for both: per row the same terms in the same order (its bits).
+// once for both: per row the same terms in the same order as frag_dot.
 template <int TYPE, int C>
 __device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<C>& f1, const int8_t* xq,
                                             const float* xd, int nc, int lane) {
@@ -146,7 +146,7 @@ __device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<
 
 // frag_dot<kQ8, C> of two rows staged in shared memory (q0 / q1: n_in bytes each; s0 / s1:
 // n_in / 32 f16 scales) instead of registers, each chunk's activations read once for both:
-// per row the same terms in the same order, so the same bits.
+// per row the terms of frag_dot<kQ8> in the same order.
 template <int C>
 __device__ __forceinline__ float2 staged_dot2_q8(const uint8_t* q0, const unsigned short* s0, const uint8_t* q1,
                                                  const unsigned short* s1, const int8_t* xq, const float* xd, int nc,
