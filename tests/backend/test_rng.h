@@ -1,25 +1,22 @@
 // Fresh random inputs for the backend tests (CPU ops, SIMD kernels, CUDA kernels): a
 // generator seeded from std::random_device whose seed SEED_TRACE prints on failure.
-// BRASS_TEST_SEED=<seed> replays one: every generator then starts from it.
+// BRASS_TEST_SEED=<seed> replays one (test_seed.h): every generator then starts from it.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <vector>
+
+#include "../test_seed.h"
 
 namespace brass::backend::testing {
 
 struct Rng {
   uint32_t seed;
   std::mt19937 gen;
-  Rng() : seed(initial_seed()), gen(seed) {}
-  static uint32_t initial_seed() {
-    const char* e = std::getenv("BRASS_TEST_SEED");
-    return e && *e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
-  }
+  Rng() : seed(static_cast<uint32_t>(brass::testing::replay_seed().value_or(std::random_device{}()))), gen(seed) {}
   float uni(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(gen); }
   std::vector<float> vec(size_t n, float lo = -1, float hi = 1) {
     std::vector<float> v(n);

@@ -5,11 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
 
+#include "../test_seed.h"
 #include "tokenizer/tokenizer.h"
 
 namespace brass::server::testing {
@@ -28,9 +28,9 @@ inline const tok::Tokenizer& o200k() {
 }
 
 struct Seeded {
-  // BRASS_TEST_SEED replays a failure's printed seed.
-  uint64_t seed = std::getenv("BRASS_TEST_SEED") ? std::strtoull(std::getenv("BRASS_TEST_SEED"), nullptr, 10)
-                                                 : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  // BRASS_TEST_SEED replays a failure's printed seed (test_seed.h).
+  uint64_t seed = brass::testing::replay_seed().value_or((uint64_t{std::random_device{}()} << 32) |
+                                                         std::random_device{}());
   std::mt19937_64 rng{seed};
   std::string trace() const { return "seed " + std::to_string(seed); }
 };
