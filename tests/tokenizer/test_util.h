@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "../test_seed.h"
 #include "tokenizer/tokenizer.h"
 
 namespace brass::tok::testing {
@@ -36,7 +37,9 @@ inline const Tokenizer& o200k() {
   return *tok;
 }
 
+// A fresh seed, or BRASS_TEST_SEED's (test_seed.h) to replay a printed one.
 inline uint64_t fresh_seed() {
+  if (const auto s = brass::testing::replay_seed()) return *s;
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd();
 }
