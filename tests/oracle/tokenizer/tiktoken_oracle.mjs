@@ -65,6 +65,9 @@ const rankLines = fs.readFileSync(rankPath, "utf8").split("\n").filter(Boolean)
 const enc = new Tiktoken({ pat_str: patStr, special_tokens: specials, bpe_ranks: rankLines.join("\n") });
 // Decode with the name tiktoken and HF give 200018.
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+// js-tiktoken's decode() runs its own TextDecoder, which drops a leading U+FEFF (a decoded
+// token run that starts with EF BB BF); tiktoken's bytes.decode keeps it, as brass does.
+enc.textDecoder = decoder;
 
 const buf = fs.readFileSync(recordsPath);
 if (buf.subarray(0, 5).toString("latin1") !== "BTOK1") {
