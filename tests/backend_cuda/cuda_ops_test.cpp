@@ -530,18 +530,6 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                                  .k = c.k}};
         f.cpu->moe_block(ref);
         const bool q8 = f.q8x && q8x_type(c.t);
-        if (q8) out = moe_q8x_twin(*f.cpu, ref.moe, c.n_expert);
-        // The tail's reference on the (twin's) experts output: y += out, then the next norm.
-        std::vector<float> ty = ry, nxn(nx);
-        if (tail >= 1)
-          for (int64_t i = 0; i < nx; ++i) ty[i] += out[i];
-        if (tail >= 2)
-          f.cpu->rms_norm({.x = ty.data(),
-                           .weight = next_norm.data(),
-                           .out = nxn.data(),
-                           .n_rows = n_tok,
-                           .n = c.n_embd,
-                           .eps = 1e-5f});
         Dev dy = Dev::from(*f.gpu, y), dadd = Dev::from(*f.gpu, add), dxn = Dev::poisoned<float>(*f.gpu, nx),
             dl = Dev::poisoned<float>(*f.gpu, logits.size()), di = Dev::poisoned<int32_t>(*f.gpu, nk),
             dw = Dev::poisoned<float>(*f.gpu, nk), dout = Dev::poisoned<float>(*f.gpu, nx),
@@ -570,7 +558,32 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                           .next_norm = tail >= 2 ? dnext.as<float>() : nullptr,
                           .next_xn = tail == 2 ? dxn.as<float>() : dnxn.as<float>()});
         if (tail == 0) expect_close(dy.get<float>(nx), ry, 1e-6, 1e-6, "residual");
-        if (tail != 2) expect_close(dxn.get<float>(nx), xn, 1e-5, 1e-6, "xn");
+        // The q8x twin quantizes the GPU's own xn where the GPU leaves it (every tail but
+        // 2, which overwrites it with the next norm): the CPU's xn is a sum in another
+        // order, and one of its elements on the other side of an int8 rounding boundary
+        // moves every SwiGLU output of its token (17 tokens at 128 / 192: up to 0.48 on a
+        // token's outputs against a tolerance of 0.15, BRASS_TEST_SEED=2080039886).
+        std::vector<float> gxn;
+        if (tail != 2) {
+          gxn = dxn.get<float>(nx);
+          expect_close(gxn, xn, 1e-5, 1e-6, "xn");
+        }
+        if (q8) {
+          MoeArgs tw = ref.moe;
+          if (!gxn.empty()) tw.x = gxn.data();
+          out = moe_q8x_twin(*f.cpu, tw, c.n_expert);
+        }
+        // The tail's reference on the (twin's) experts output: y += out, then the next norm.
+        std::vector<float> ty = ry, nxn(nx);
+        if (tail >= 1)
+          for (int64_t i = 0; i < nx; ++i) ty[i] += out[i];
+        if (tail >= 2)
+          f.cpu->rms_norm({.x = ty.data(),
+                           .weight = next_norm.data(),
+                           .out = nxn.data(),
+                           .n_rows = n_tok,
+                           .n = c.n_embd,
+                           .eps = 1e-5f});
         expect_close(dl.get<float>(logits.size()), logits, 1e-5, 1e-5, "router logits");
         bool tie = false;
         for (int64_t t = 0; t < n_tok; ++t) {
