@@ -370,31 +370,54 @@ __device__ __forceinline__ void router_topk_warp(const float* __restrict__ l, in
   topk_softmax_warp(w, k, lane);
 }
 
-// router_topk_warp's picks for n_expert <= 32 in one pass instead of k warp reductions:
-// lane e ranks its logit against all n (greater first, ties: lower index), and a rank
-// below k is a pick. NaN ranks as -inf, so the ranks stay a permutation and every one of
-// the k entries is written (router_topk_warp's NaN picks may differ). lg: the logits,
-// id / w: k entries (shared or global memory).
-__device__ __forceinline__ void router_topk_rank(const float* lg, int n_expert, int k, int32_t* id, float* w,
+// A logit as an unsigned key in the float order (NaN as -inf, -0 as +0, so that equal
+// floats have equal keys and the index breaks the tie); 0 lies below every key.
+__device__ __forceinline__ unsigned topk_key(float v) {
+  const unsigned u = __float_as_uint(v != v ? -INFINITY : v + 0.0f);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+// router_topk_warp's picks for n_expert <= 32 without a memory round trip: lane e holds
+// expert e's key, and each of the k rounds takes the warp's largest key by one
+// `redux.sync` max (ties: the lowest lane, by ballot), then clears it. The softmax follows
+// in registers with topk_softmax_warp's arithmetic (the first pick's logit as the max, the
+// exps summed in pick order, then divided); lane r stores entry r. NaN ranks as -inf, so
+// every one of the k entries is written (router_topk_warp's NaN picks may differ).
+// Why: the rank form before it (each lane compared its logit with all 32, read from
+// memory, then lane 0's softmax through memory) took ~2,600 cycles (probe, H200): ptxas
+// issued the 32 loads one compare at a time, and the last block of norm_router, which
+// picks, ended ~1.4 us after the others. lg: the logits, id / w: k entries (shared or
+// global memory).
+__device__ __forceinline__ void router_topk_redux(const float* lg, int n_expert, int k, int32_t* id, float* w,
                                                  int lane) {
-  auto key = [](float v) { return v != v ? -INFINITY : v; };
-  float o[kWarp];  // every logit in registers first: 32 independent loads, then 32 compares
-#pragma unroll
-  for (int j = 0; j < kWarp; ++j) o[j] = j < n_expert ? key(lg[j]) : -INFINITY;
-  const float mine = lane < n_expert ? key(lg[lane]) : -INFINITY;
-  int rank = 0;
-#pragma unroll
-  for (int j = 0; j < kWarp; ++j) rank += j < n_expert && (o[j] > mine || (o[j] == mine && j < lane));
-  if (lane < n_expert && rank < k) {
-    id[rank] = lane;
-    w[rank] = lg[lane];
+  const float raw = lane < n_expert ? lg[lane] : 0.f;
+  unsigned key = lane < n_expert ? topk_key(raw) : 0u;
+  const int kk = min(k, n_expert);
+  float m = 0.f, sum = 0.f, mine = 0.f;
+  int src_r = 0;
+  for (int r = 0; r < kk; ++r) {
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int src = __ffs(__ballot_sync(0xffffffffu, key == top)) - 1;
+    const float v = __shfl_sync(0xffffffffu, raw, src);
+    if (lane == src) key = 0u;
+    if (r == 0) m = v;
+    const float e = expf(v - m);
+    sum += e;
+    if (lane == r) {
+      mine = e;
+      src_r = src;
+    }
   }
-  topk_softmax_warp(w, k, lane);
+  if (lane < kk) {
+    id[lane] = src_r;
+    w[lane] = mine / sum;
+  }
+  __syncwarp();
 }
 
 // The top k of one token's router logits and their softmax, by one warp (lane = its lane).
 __device__ __forceinline__ void pick_experts(const float* lg, int n_expert, int k, int32_t* id, float* w, int lane) {
-  if (n_expert <= kWarp) router_topk_rank(lg, n_expert, k, id, w, lane);
+  if (n_expert <= kWarp) router_topk_redux(lg, n_expert, k, id, w, lane);
   else router_topk_warp(lg, n_expert, k, id, w, lane);
 }
 

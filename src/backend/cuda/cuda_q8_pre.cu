@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
 // experts [kNrEpb b, kNrEpb b + kNrEpb) in registers (loaded before the wait), adds the
 // residual and norms it as norm_router_kernel does, and writes its logits into every
 // block's shared memory (lg, distributed shared memory). After one cluster barrier every
-// block holds all the logits: block 0 picks the experts (in shared memory, then stores
-// them); block b writes its share of y, xn and of xq / xd (the 32-groups g with
+// block holds all the logits: warp 0 of block 0 picks the experts and stores them;
+// block b writes its share of y, xn and of xq / xd (the 32-groups g with
 // g % kNrCluster == b, quantized from registers as quantize_x_smem does it).
 // Why: norm_router_kernel's block per expert meets through global memory: a ticket (a
 // release fence and an atomic), the last block's read of the logits and the pick's
@@ -187,8 +187,6 @@ template <bool MXO>
 __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP p, int8_t* xq, float* xd) {
   __shared__ float red[kWarps][kNrEpb];
   __shared__ float lg[kNrCluster * kNrEpb];  // every expert's logit, written by its block
-  __shared__ float pw[kNrMaxK];  // block 0: the picked experts' weights and ids
-  __shared__ int32_t pid[kNrMaxK];
   const int n4 = static_cast<int>(p.router.n_in / 4), n_expert = static_cast<int>(p.n_expert);
   const int b = static_cast<int>(blockIdx.x), tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const float4* nw4 = reinterpret_cast<const float4*>(p.norm);
@@ -238,14 +236,9 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
   }
   cluster.sync();  // every block's logits in every block; every block has read y
   BRASS_PROBE_MARK(0, 2);
-  if (b == 0 && warp == 0) {  // picked in shared memory (its softmax reads them back), then stored
-    const int k = static_cast<int>(p.moe.k);
-    pick_experts(lg, n_expert, k, pid, pw, lane);
-    if (lane < k) {
-      const_cast<int32_t*>(p.moe.ids)[lane] = pid[lane];
-      const_cast<float*>(p.moe.weights)[lane] = pw[lane];
-    }
-  }
+  if (b == 0 && warp == 0)
+    pick_experts(lg, n_expert, static_cast<int>(p.moe.k), const_cast<int32_t*>(p.moe.ids),
+                 const_cast<float*>(p.moe.weights), lane);
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
     const int j = tid + i * kThreads, g = j / 8;  // the 32-group of float4 j: 8 neighbouring threads
