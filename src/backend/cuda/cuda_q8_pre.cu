@@ -87,29 +87,15 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   BRASS_PROBE_MARK(4, 3);
 }
 
-// The float4s threadIdx.x + i kThreads (i < kNormVec) of a row of n4 float4s, zero past
-// it. Every load is unconditional (the index clamped into the row, the value dropped
-// after), so all are in flight at once: written as a load under `if (j < n4)` each, the
-// PTX puts every load in its own branch and ptxas does not hoist a load above a branch,
-// so each waited for the one before (an L2 round trip apiece after the PDL wait).
-__device__ __forceinline__ void load_row4(const float* row, int n4, float4 (&v)[kNormVec]) {
-  const float4* r4 = reinterpret_cast<const float4*>(row);
-#pragma unroll
-  for (int i = 0; i < kNormVec; ++i) v[i] = r4[min(static_cast<int>(threadIdx.x) + i * kThreads, n4 - 1)];
-#pragma unroll
-  for (int i = 0; i < kNormVec; ++i)
-    if (static_cast<int>(threadIdx.x) + i * kThreads >= n4) v[i] = make_float4(0, 0, 0, 0);
-}
-
 // norm_router's residual: y (+ add) of the token as this thread's kNormVec float4s (float4
 // threadIdx.x + i kThreads; zero past the row) and the RMSNorm's 1 / sqrt(mean(v^2) + eps)
 // (block_sum's order; sh: kWarps floats); y's and add's loads all in flight at once
-// (load_row4).
+// (load_row_f4).
 __device__ __forceinline__ float residual_inv_rms(const MoeBlockP& p, int n4, float4 (&v)[kNormVec], float* sh) {
   const bool add = p.add != nullptr;
   float4 a[kNormVec];
-  load_row4(p.y, n4, v);
-  if (add) load_row4(p.add, n4, a);
+  load_row_f4<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.y), n4, v);
+  if (add) load_row_f4<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.add), n4, a);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
@@ -463,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPre
   pdl_trigger();
   BRASS_PROBE_MARK(3, 1);
   float4 v[kNormVec];
-  load_row4(p.x, n4, v);
+  load_row_f4<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.x), n4, v);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
