@@ -5,6 +5,8 @@
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
 # Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab|sass]...
+#   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
+#   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
@@ -193,7 +195,10 @@ for s in $STAGES; do
         /(LDG|LDGSTS)\.|UBLKPF/{if (acq) post++; else pre++}  # (not LDGDEPBAR: a commit)
         END{if (acq) printf "%4d before / %4d after  %s\n", pre, post, name}' |
         sed -E 's/_ZN5brass7backend4cuda[0-9]+_GLOBAL__N__[0-9a-f]+_[0-9]+_//' | grep -E "${SASS_KERNELS:-.}" |
-        sort -u | tee "$OUT/sass_wait.txt" ;;
+        sort -u | tee "$OUT/sass_wait.txt"
+      # SASS_AFTER="<name substrings>": those kernels' loads / branches right after the wait.
+      [ -n "${SASS_AFTER:-}" ] && cuobjdump -sass $B/bench/cuda_decode_bench 2>/dev/null |
+        python3 bench/cuda_sass_after_wait.py $SASS_AFTER | tee "$OUT/sass_after_wait.txt" ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;
