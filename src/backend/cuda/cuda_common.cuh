@@ -505,6 +505,26 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
   return s;
 }
 
+// A row's residual y (+ a, when a4 is given) as this thread's V float4s (load_row_f4's
+// layout, every load in flight at once) and its RMSNorm factor 1 / sqrt(mean(v^2) + eps)
+// (block_sum's order; sh: a float per warp of the block). The one-token and the batched
+// MoE routers (cuda_q8_pre.cu, cuda_norm_router.cu) norm their rows with it.
+template <int V, int T>
+__device__ __forceinline__ float residual_inv_rms(const float4* y4, const float4* a4, int n4, float eps,
+                                                  float4 (&v)[V], float* sh) {
+  float4 a[V];
+  load_row_f4<V, T>(y4, n4, v);
+  if (a4) load_row_f4<V, T>(a4, n4, a);
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if (a4) v[i] = make_float4(v[i].x + a[i].x, v[i].y + a[i].y, v[i].z + a[i].z, v[i].w + a[i].w);
+    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  }
+  ss = block_sum(ss, sh);
+  return 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + eps);
+}
+
 // (v * s) * w per element: the RMSNorm's scaling as rms_norm_kernel orders it.
 __device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {
   return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);

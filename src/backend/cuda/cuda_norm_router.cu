@@ -95,17 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
   const int64_t n = 4 * static_cast<int64_t>(n4);
   const float4* y4 = reinterpret_cast<const float4*>(p.y + t * n);
   const float4* a4 = p.add ? reinterpret_cast<const float4*>(p.add + t * n) : nullptr;
-  float4 v[kVec], b[kVec];
-  load_row_f4<kVec, kThreads>(y4, n4, v);  // every load in flight at once
-  if (a4) load_row_f4<kVec, kThreads>(a4, n4, b);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    if (a4) v[i] = make_float4(v[i].x + b[i].x, v[i].y + b[i].y, v[i].z + b[i].z, v[i].w + b[i].w);
-    ss += dot4(v[i], v[i]);
-  }
-  ss = block_sum(ss, &red[0][0]);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + p.eps);
+  float4 v[kVec];
+  const float inv = residual_inv_rms<kVec, kThreads>(y4, a4, n4, p.eps, v, &red[0][0]);
   cp_async_wait_all();
   __syncthreads();
   float acc[kEpb] = {};

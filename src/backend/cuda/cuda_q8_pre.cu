@@ -87,23 +87,11 @@ __global__ void __launch_bounds__(kThreads) matvec_pre_kernel(DevW w, const floa
   BRASS_PROBE_MARK(4, 3);
 }
 
-// norm_router's residual: y (+ add) of the token as this thread's kNormVec float4s (float4
-// threadIdx.x + i kThreads; zero past the row) and the RMSNorm's 1 / sqrt(mean(v^2) + eps)
-// (block_sum's order; sh: kWarps floats); y's and add's loads all in flight at once
-// (load_row_f4).
-__device__ __forceinline__ float residual_inv_rms(const MoeBlockP& p, int n4, float4 (&v)[kNormVec], float* sh) {
-  const bool add = p.add != nullptr;
-  float4 a[kNormVec];
-  load_row_f4<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.y), n4, v);
-  if (add) load_row_f4<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.add), n4, a);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < kNormVec; ++i) {
-    if (add) v[i] = make_float4(v[i].x + a[i].x, v[i].y + a[i].y, v[i].z + a[i].z, v[i].w + a[i].w);
-    ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-  }
-  ss = block_sum(ss, sh);
-  return 1.0f / sqrtf(ss / static_cast<float>(4 * n4) + p.eps);
+// norm_router's residual: y (+ add) of the token as this thread's kNormVec float4s and
+// the RMSNorm's factor (residual_inv_rms, cuda_common.cuh; sh: kWarps floats).
+__device__ __forceinline__ float token_inv_rms(const MoeBlockP& p, int n4, float4 (&v)[kNormVec], float* sh) {
+  return residual_inv_rms<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.y),
+                                              reinterpret_cast<const float4*>(p.add), n4, p.eps, v, sh);
 }
 
 // counters[0]: the block ticket.
@@ -129,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_kernel(MoeBlockP p, int8
   pdl_wait_fenced();
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
-  const float inv = residual_inv_rms(p, n4, v, red);
+  const float inv = token_inv_rms(p, n4, v, red);
   float dot = 0.f;
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
@@ -205,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
   pdl_wait_fenced();
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
-  const float inv = residual_inv_rms(p, n4, v, &red[0][0]);
+  const float inv = token_inv_rms(p, n4, v, &red[0][0]);
   float4 xv[kNormVec];
   float dot[kNrEpb] = {};
 #pragma unroll
