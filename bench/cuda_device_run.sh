@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|gupattern|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|cublas|gupattern|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -14,7 +14,8 @@
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
 #   env setting in TRACE_AB ("A=1;A=0"), bench arguments TRACE_ARGS (e.g. "--n-gen 0 --streams 32":
 #   one batched step per "token"); burst: cold-read time of one kernel per size
-#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); probe: a
+#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); cublas: cuBLAS f16
+#   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
 #   cold reads (bench/cuda_gu_pattern.cu). B_DIR: the build the stages after `build` run
@@ -119,16 +120,18 @@ for s in $STAGES; do
       python3 bench/cuda_ncu_summary.py "$OUT/ncu_streams.csv" | tee "$OUT/ncu_streams_summary.txt" ;;
     pipes)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
-      MET=gpu__time_duration.sum,smsp__inst_executed.sum
+      MET=gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum.per_second
+      MET=$MET,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
       for p in alu fma fmaheavy xu lsu tensor; do MET=$MET,smsp__inst_executed_pipe_$p.sum; done
       for p in alu fma shared; do MET=$MET,sm__pipe_${p}_cycles_active.avg.pct_of_peak_sustained_active; done
-      for r in long_scoreboard short_scoreboard math_pipe_throttle wait barrier mio_throttle not_selected selected dispatch_stall; do
+      for r in long_scoreboard short_scoreboard math_pipe_throttle wait barrier mio_throttle lg_throttle not_selected \
+               selected dispatch_stall no_instruction; do
         MET=$MET,smsp__average_warp_latency_issue_stalled_$r.ratio
       done
       for k in ${NCU_KERNELS:-moe_gate_up_mma moe_down_mma}; do
         timeout 150 ncu --clock-control none -k regex:$k --launch-skip 40 --launch-count 1 --metrics $MET \
           $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${NCU_STREAMS:-64} > "$OUT/pipes_$k.txt" 2>&1
-        echo "== $k"; grep -E "smsp__|sm__|gpu__" "$OUT/pipes_$k.txt" | sed 's/  */ /g'
+        echo "== $k"; grep -E "smsp__|sm__|gpu__|dram__" "$OUT/pipes_$k.txt" | sed 's/  */ /g'
       done ;;
     trace)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
@@ -202,6 +205,9 @@ for s in $STAGES; do
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;
+    cublas)
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_cublas_probe.cu -lcublas -o /tmp/cublas_probe &&
+        /tmp/cublas_probe | tee "$OUT/cublas.txt" ;;
     burst)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |
         tee "$OUT/burst.txt" ;;
