@@ -20,25 +20,26 @@ namespace {
 
 const BpeTokenizer& impl() { return static_cast<const BpeTokenizer&>(testing::o200k()); }
 
+// The vocabulary written once per test process; the file is removed at exit, after the
+// reader (members go in reverse order) has unmapped it.
 struct Written {
-  std::string path;
+  testing::TempFile file{"vocab.gguf"};
   std::unique_ptr<gguf::Reader> reader;
 };
 
 const Written& written() {
-  static Written w = [] {
-    Written x;
-    // One file per process: ctest runs this suite's tests as parallel processes.
-    x.path = ::testing::TempDir() + "/brass_tok_vocab_" + std::to_string(getpid()) + ".gguf";
+  static Written w;
+  static const bool done = [] {
     gguf::Writer writer;
     impl().write_gguf(writer);
-    const Status st = writer.write(x.path);
+    const Status st = writer.write(w.file.path());
     if (!st.is_ok()) std::fprintf(stderr, "write: %s\n", st.message().c_str());
-    auto r = gguf::Reader::open(x.path);
-    if (r.is_ok()) x.reader = std::move(r).value();
+    auto r = gguf::Reader::open(w.file.path());
+    if (r.is_ok()) w.reader = std::move(r).value();
     else std::fprintf(stderr, "open: %s\n", r.status().message().c_str());
-    return x;
+    return true;
   }();
+  (void)done;
   return w;
 }
 
@@ -147,7 +148,8 @@ TEST(GgufVocab, RoundTripGivesTheSameTokenizer) {
 }
 
 TEST(GgufVocab, RejectsOtherTokenizers) {
-  const std::string path = ::testing::TempDir() + "/brass_tok_bad_" + std::to_string(getpid()) + ".gguf";
+  const testing::TempFile file("bad.gguf");
+  const std::string& path = file.path();
   gguf::Writer wr;
   wr.set_string("tokenizer.ggml.model", "gpt2");
   wr.set_string("tokenizer.ggml.pre", "llama-bpe");

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,6 +45,25 @@ inline uint64_t fresh_seed() {
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd();
 }
+
+// A file under gtest's temp dir, removed when this goes out of scope (the tests used to
+// leave theirs in /tmp: an 8 MB vocabulary per test process). One name per process and
+// stem: ctest runs a suite's tests as parallel processes.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& stem)
+      : path_(::testing::TempDir() + "/brass_tok_" + std::to_string(getpid()) + "_" + stem) {}
+  TempFile(const std::string& stem, const std::string& content) : TempFile(stem) {
+    std::ofstream(path_, std::ios::binary) << content;
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 inline std::string escape(std::string_view s, size_t max = 200) {
   std::string out;

@@ -156,13 +156,6 @@ TEST(Encode, PathologicalInputsStayFast) {
   EXPECT_EQ(t.decode(t.encode(sp)), sp);
 }
 
-std::string write_temp(const std::string& name, const std::string& content) {
-  // Per process: ctest runs the tests of this suite as parallel processes.
-  const std::string p = ::testing::TempDir() + "/brass_tok_" + std::to_string(getpid()) + "_" + name;
-  std::ofstream(p, std::ios::binary) << content;
-  return p;
-}
-
 // A tiny vocabulary: all 256 bytes (base64 of one byte) plus "ab" (YWI=) at rank 256.
 std::string tiny_vocab() {
   static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -176,8 +169,8 @@ std::string tiny_vocab() {
 }
 
 TEST(Loader, TinyVocabularyWorks) {
-  const std::string p = write_temp("tiny.tiktoken", tiny_vocab() + "YWI= 256\nYWJj 257\n");
-  auto r = Tokenizer::from_tiktoken(p, {{"<|x|>", 300}});
+  const testing::TempFile f("tiny.tiktoken", tiny_vocab() + "YWI= 256\nYWJj 257\n");
+  auto r = Tokenizer::from_tiktoken(f.path(), {{"<|x|>", 300}});
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   const Tokenizer& t = *r.value();
   EXPECT_EQ(t.n_vocab(), 301);
@@ -200,7 +193,8 @@ TEST(Loader, ErrorsNameFileAndLine) {
       {"", "no tokens"},
   };
   for (const Case& c : cases) {
-    const std::string p = write_temp("bad.tiktoken", c.content);
+    const testing::TempFile f("bad.tiktoken", c.content);
+    const std::string& p = f.path();
     auto r = Tokenizer::from_tiktoken(p, {});
     ASSERT_FALSE(r.is_ok()) << c.expect;
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
@@ -208,8 +202,8 @@ TEST(Loader, ErrorsNameFileAndLine) {
   }
   auto missing = Tokenizer::from_tiktoken("/nonexistent/x.tiktoken", {});
   EXPECT_FALSE(missing.is_ok());
-  const std::string p = write_temp("ok.tiktoken", tiny_vocab());
-  auto clash = Tokenizer::from_tiktoken(p, {{"<|x|>", 5}});
+  const testing::TempFile ok("ok.tiktoken", tiny_vocab());
+  auto clash = Tokenizer::from_tiktoken(ok.path(), {{"<|x|>", 5}});
   ASSERT_FALSE(clash.is_ok());
   EXPECT_NE(clash.status().message().find("ordinary token"), std::string::npos);
 }
