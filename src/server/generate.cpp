@@ -17,11 +17,6 @@ namespace brass::server {
 
 std::string today_utc();
 
-namespace {
-
-using runtime::Event;
-using Clock = std::chrono::steady_clock;
-
 ApiError server_error(std::string msg) {
   ApiError e;
   e.status = 500;
@@ -50,6 +45,11 @@ std::optional<ApiError> submit_error(const runtime::Submitted& s) {
   }
   return e;
 }
+
+namespace {
+
+using runtime::Event;
+using Clock = std::chrono::steady_clock;
 
 // Pull events until kDone. `fn` returning false cancels the request (the rest is drained).
 struct PumpResult {

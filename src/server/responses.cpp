@@ -113,17 +113,10 @@ void Server::Impl::handle_responses(const httplib::Request& req, httplib::Respon
   // Same constraint planning as chat (forced tool header for named/required, test hook).
   attach_constraint(*this, r, plan_for(*this, g, rr->tool_choice, rr->tool_choice_name, rr->tools, ResponseFormat::kText));
   auto mapper_r = OutputMapper::create(*tokenizer, g.stop);
-  if (!mapper_r) return send_error(res, invalid_param("", mapper_r.status().message()));
+  if (!mapper_r) return send_error(res, server_error(mapper_r.status().message()));
   std::shared_ptr<OutputMapper> mapper = std::move(*mapper_r);
   runtime::Submitted sub = engine->submit(std::move(r));
-  if (!sub.ok()) {
-    ApiError e;
-    e.status = sub.code == runtime::SubmitCode::kInvalid ? 400 : 503;
-    e.type = e.status == 400 ? "invalid_request_error" : "server_error";
-    e.code = sub.code == runtime::SubmitCode::kQueueFull ? "queue_full" : "";
-    e.message = sub.message.empty() ? "the server is busy; retry shortly" : sub.message;
-    return send_error(res, e);
-  }
+  if (auto e = submit_error(sub)) return send_error(res, *e);
   auto handle = sub.handle;
   const std::string id = random_id("resp_");
   const int64_t created_at = static_cast<int64_t>(std::time(nullptr));

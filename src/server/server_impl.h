@@ -80,6 +80,10 @@ class Server::Impl {
 };
 
 // Shared by every generating endpoint (generate.cpp).
+ApiError server_error(std::string msg);  // 500
+// The engine's refusal of a submitted request as the API says it: 503 + queue_full (full
+// queue), 400 (invalid), 503 (shutting down); nullopt when it was taken.
+std::optional<ApiError> submit_error(const runtime::Submitted& s);
 // Refuses a prompt that leaves no room in the context (400, code context_length_exceeded,
 // naming `param`); otherwise caps g.max_tokens to what is left.
 std::optional<ApiError> fit_context(Server::Impl& s, size_t n_prompt, GenParams& g, const char* param = "messages");

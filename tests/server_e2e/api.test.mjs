@@ -329,13 +329,22 @@ test("401 with --api-key; 503 while loading and when the queue is full", async (
     assert.equal((await postJson(locked.base, "/v1/chat/completions", { messages: user("x") }, { Authorization: "Bearer wrong" })).status, 401);
     const keyed = new OpenAI({ baseURL: locked.base + "/v1", apiKey: "sekret", maxRetries: 0 });
     assert.equal((await keyed.chat.completions.create({ messages: user("x"), max_tokens: 2 })).object, "chat.completion");
-    // parallel 1, queue 1: of 6 long requests at once, some must be turned away with 503.
-    const reqs = Array.from({ length: 6 }, () => postJson(locked.base, "/v1/chat/completions", { messages: user("x"), max_tokens: 200 }, { Authorization: "Bearer sekret" }));
+    // parallel 1, queue 1: of 6 long requests at once, some must be turned away with 503,
+    // by chat and by the responses API alike (one mapping of the engine's refusals).
+    const auth = { Authorization: "Bearer sekret" };
+    const reqs = Array.from({ length: 6 }, (_, i) => i % 2
+      ? postJson(locked.base, "/v1/responses", { input: "x", max_output_tokens: 200 }, auth)
+      : postJson(locked.base, "/v1/chat/completions", { messages: user("x"), max_tokens: 200 }, auth));
     const res = await Promise.all(reqs);
     const busy = res.filter((r) => r.status === 503);
     assert.ok(busy.length >= 1, res.map((r) => r.status).join(","));
-    for (const b of busy) { assert.equal(b.json.error.code, "queue_full"); assert.equal(b.headers.get("retry-after"), "1"); }
-    assert.ok(res.filter((r) => r.status === 200).length >= 2);
+    for (const b of busy) {
+      assert.equal(b.json.error.code, "queue_full");
+      assert.equal(b.json.error.type, "server_error");
+      assert.match(b.json.error.message, /queue full/);
+      assert.equal(b.headers.get("retry-after"), "1");
+    }
+    assert.ok(res.filter((r) => r.status === 200).length >= 2, res.map((r) => r.status).join(","));
   } finally {
     await locked.stop();
   }
