@@ -13,6 +13,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -24,6 +27,23 @@ namespace brass::backend {
 namespace {
 
 using namespace cuda;
+
+// Weights that have an MMA tile copy (CudaBackendOptions::moe_tiles): device pointer ->
+// the copy. Written at upload and when a backend dies, read where ops build their DevW.
+struct TileRegistry {
+  std::shared_mutex mu;
+  std::unordered_map<const void*, const uint8_t*> map;
+};
+TileRegistry& tile_registry() {
+  static TileRegistry r;
+  return r;
+}
+const uint8_t* tiles_of(const void* weight) {
+  TileRegistry& r = tile_registry();
+  std::shared_lock lock(r.mu);
+  const auto it = r.map.find(weight);
+  return it == r.map.end() ? nullptr : it->second;
+}
 
 DevW dev_weight(const WeightView& w) {
   DevW d;
@@ -45,6 +65,7 @@ DevW dev_weight(const WeightView& w) {
       d.type = kMX;
       d.s = d.q + split_scale_offset(d.rows * d.n_in / 2);
       d.vec = true;
+      d.tiles = tiles_of(w.data);
       break;
     default:
       BRASS_CHECK_MSG(false, "cuda backend: weight type {} is not supported", dtype_name(w.type));
@@ -151,9 +172,10 @@ class CudaGraph final : public Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
-              int64_t mma_h16_min_tok)
+              int64_t mma_h16_min_tok, bool moe_tiles)
       : device_(device),
         q8x_(q8x),
+        moe_tiles_(moe_tiles),
         mma_moe_min_tok_(mma_moe_min_tok),
         mma_dense_max_tok_(mma_dense_max_tok),
         mma_h16_min_tok_(mma_h16_min_tok) {
@@ -174,6 +196,10 @@ class CudaBackend final : public Backend {
     for (PendingDownload& d : downloads_) {
       cudaFreeHost(d.pinned);
       cudaEventDestroy(d.done);
+    }
+    {
+      std::unique_lock lock(tile_registry().mu);
+      for (void* p : weights_) tile_registry().map.erase(p);
     }
     for (void* p : weights_) cudaFree(p);
     for (void* p : pinned_) cudaFreeHost(p);
@@ -254,6 +280,8 @@ class CudaBackend final : public Backend {
       const int64_t qs = host.type == DType::Q8_0 ? rows * host.ne[0] : rows * host.ne[0] / 2;
       dev_bytes = split_scale_offset(qs) + rows * (host.ne[0] / 32) * (host.type == DType::Q8_0 ? 2 : 1);
     }
+    const bool tiles = moe_tiles_ && host.type == DType::MXFP4 && mx_tiles_shape(host.ne[0], host.ne[1], host.ne[2]);
+    if (tiles) dev_bytes = mx_tiles_offset(host.ne[0], rows) + mx_tiles_bytes(host.ne[0], rows);
     void* dst = nullptr;
     cudaError_t e = cudaMalloc(&dst, std::max<int64_t>(dev_bytes, 1));
     if (e != cudaSuccess)
@@ -263,6 +291,13 @@ class CudaBackend final : public Backend {
     if (split) land = static_cast<uint8_t*>(stage_dev_.get(static_cast<size_t>(bytes)));
     BRASS_TRY(staged_copy(land, static_cast<const uint8_t*>(host.data), bytes));
     if (split) launch_repack(host.type, land, static_cast<uint8_t*>(dst), host.ne[0], rows, st_);
+    if (tiles) {
+      uint8_t* q = static_cast<uint8_t*>(dst);
+      launch_mx_tiles(q, q + split_scale_offset(rows * host.ne[0] / 2), q + mx_tiles_offset(host.ne[0], rows),
+                      host.ne[0], rows, st_);
+      std::unique_lock lock(tile_registry().mu);
+      tile_registry().map[dst] = q + mx_tiles_offset(host.ne[0], rows);
+    }
     e = cudaStreamSynchronize(st_);
     if (e != cudaSuccess) return Status::errorf("cuda backend: weight upload failed: {}", cudaGetErrorString(e));
     upload_bytes_ += bytes;
@@ -609,6 +644,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   bool q8x_;
+  bool moe_tiles_;  // CudaBackendOptions::moe_tiles
   int64_t mma_moe_min_tok_;  // tokens per call from which the MoE runs on the grouped int8 MMA kernels
   int64_t mma_dense_max_tok_;  // dense matmuls of 2..this many tokens on the int8 MMA kernel
   int64_t mma_h16_min_tok_;    // from this many tokens Q8_0 weights take its f16 variant
@@ -676,8 +712,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   if (const char* m = std::getenv("BRASS_CUDA_MMA_DENSE_MAX"); m) dense_max = std::atoll(m);
   int64_t h16_min = o.mma_h16_min_tok;
   if (const char* m = std::getenv("BRASS_CUDA_MMA_H16_MIN"); m && std::atoll(m) > 0) h16_min = std::atoll(m);
+  bool tiles = o.moe_tiles;
+  if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
   return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min));
+      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

@@ -53,6 +53,14 @@ struct CudaBackendOptions {
   // results: fewer instructions per weight byte with many tokens per pass; numerics of the
   // tensor-core path). BRASS_CUDA_MMA_H16_MIN overrides.
   int64_t mma_h16_min_tok = 9;
+  // A second copy of gpt-oss's MXFP4 expert tensors (2880 x 2880) laid out as the grouped
+  // MoE's MMA tiles (cuda_kernels.h, kMxTileBytes): a warp's K step of a matrix is two
+  // coalesced 512-byte loads instead of 12 small loads over 32 rows. Batched decode
+  // (2..~2,000 tokens a call) +9 to +11% on the H100 (BENCHMARKS.md, session 27), at the
+  // cost of the experts' memory twice (~10 GB more for gpt-oss-20b). Single-stream decode
+  // and the tensor-core prefill still read the GGUF layout. BRASS_CUDA_MOE_TILES=1 / 0
+  // overrides.
+  bool moe_tiles = false;
 };
 
 // A CUDA backend. Fails when no device is usable.

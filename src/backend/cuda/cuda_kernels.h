@@ -96,7 +96,27 @@ struct DevW {
   int64_t ne1 = 0;             // rows of one matrix (one expert)
   int type = kF32;
   bool vec = false;            // 16-byte loads possible (alignment and n_in)
+  // MXFP4 expert tensors of 2880 x 2880 on a backend with moe_tiles: a second copy as MMA
+  // tiles (kMxTileBytes below), read by the grouped MoE's lean loop.
+  const uint8_t* tiles = nullptr;
 };
+
+// The MMA tile copy of an MXFP4 matrix (rows % 32 == 0, n_in % 64 == 0): tile (row block
+// rb of 32 rows, K step u of 64 elements) at ((rb * n_in / 64) + u) * kMxTileBytes holds
+// lane l's k_loop_mx1 operands (g = l / 4, t = l % 4) as two 16-byte words at h * 512 +
+// 16 l (h = 0, 1: rows g + 16 h and g + 8 + 16 h, each as words t and t + 4 of the step's
+// 32 code bytes), then 32 rows' 2-byte E8M0 pairs at 1,024 + 8 g + 2 i (row g + 8 i): a
+// warp's step is two coalesced 512-byte loads and one broadcast 8-byte load a matrix
+// instead of 8 four-byte and 4 two-byte loads scattered over 32 rows (cold reads of a
+// layer's gate + up at 64 streams, bench/cuda_moe_pattern.cu, H100: 99 vs 136 us).
+constexpr int64_t kMxTileBytes = 1024 + 64;
+// The shapes that get a tile copy: gpt-oss's experts (the lean loop's compile-time rows).
+inline bool mx_tiles_shape(int64_t n_in, int64_t ne1, int64_t n_mat) { return n_in == 2880 && ne1 == 2880 && n_mat > 1; }
+inline int64_t mx_tiles_bytes(int64_t n_in, int64_t rows) { return rows / 32 * (n_in / 64) * kMxTileBytes; }
+// Where the tile copy starts in the weight's allocation: after the split codes and scales.
+inline int64_t mx_tiles_offset(int64_t n_in, int64_t rows) {
+  return split_scale_offset(split_scale_offset(rows * n_in / 2) + rows * (n_in / 32));
+}
 
 struct SeqP {  // backend::AttnSeq
   int64_t tok0 = 0;
@@ -217,6 +237,8 @@ inline constexpr int kArgmaxBlocks = 132;
 void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStream_t st);
 // Re-lay a ggml Q8_0 / MXFP4 tensor (src, device) into the split layout (dst, device).
 void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
+// The tile copy (see DevW::tiles) of a split-layout MXFP4 matrix q / s into dst.
+void launch_mx_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
 
 // ---- cuda_head.cu ----
 // One row of the output head, y = x W^T (+ bias), and with out set the greedy pick of y

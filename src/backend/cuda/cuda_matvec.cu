@@ -283,7 +283,34 @@ __global__ void repack_mx_kernel(const uint8_t* __restrict__ src, uint8_t* qs, u
   for (int j = 0; j < 16; ++j) qs[b * 16 + j] = blk[1 + j];
 }
 
+// One block a tile (DevW::tiles), a thread a 4-byte word: words 0..255 the codes, 256..271
+// the rows' E8M0 pairs.
+__global__ void mx_tiles_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, uint8_t* dst,
+                                int64_t n_in, int64_t steps) {
+  const int64_t tile = blockIdx.x, rb = tile / steps, u = tile % steps;
+  const int w = threadIdx.x;
+  uint8_t* out = dst + tile * kMxTileBytes;
+  if (w < 256) {  // lane l = (w / 4) % 32, half h = w / 128, word j = w % 4 of the 16 bytes
+    const int l = (w / 4) % 32, h = w / 128, j = w % 4, g = l / 4, t = l % 4;
+    const int64_t row = rb * 32 + g + 8 * (2 * h + j / 2);
+    const int word = (j & 1) ? t + 4 : t;
+    const uint8_t* src = q + row * (n_in / 2) + u * 32 + 4 * word;
+    for (int b = 0; b < 4; ++b) out[16 * (w / 4) + 4 * j + b] = src[b];
+  } else if (w < 256 + 32) {  // rows g + 8 i: the pair of E8M0 bytes of blocks 2u, 2u + 1
+    const int r = w - 256, g = r / 4, i = r % 4;
+    const uint8_t* src = s + (rb * 32 + g + 8 * i) * (n_in / 32) + 2 * u;
+    out[1024 + 8 * g + 2 * i] = src[0];
+    out[1024 + 8 * g + 2 * i + 1] = src[1];
+  }
+}
+
 }  // namespace
+
+void launch_mx_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st) {
+  const int64_t steps = n_in / 64, tiles = rows / 32 * steps;
+  mx_tiles_kernel<<<static_cast<unsigned>(tiles), 288, 0, st>>>(q, s, dst, n_in, steps);
+  BRASS_CUDA_LAUNCHED();
+}
 
 int sm_count() {
   static int n = [] {

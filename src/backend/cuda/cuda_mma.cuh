@@ -322,7 +322,9 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // (prefetch.global.L2), 3,124 / 3,225. What did pay (session 18, +1 to +1.5%): P = 2, the
 // loads of two K steps issued before computing the first, in registers, in the kernels
 // that have the registers to spare (cuda_moe_mma.cu picks per kernel).
-template <int N, int NM, int NT = 1, int KS = kKs, int P = 1>
+// TL: wq[m] is matrix m's tile copy (DevW::tiles: a step's operands in two 16-byte loads
+// and one 8-byte load a lane), wsc unused.
+template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], int64_t neg,
                                            const float* const (&xdrow)[NT], bool two, float (&acc)[NM][2][NT][4]) {
@@ -334,8 +336,13 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
   const uint8_t* s[NM];
 #pragma unroll
   for (int m = 0; m < NM; ++m) {
-    q[m] = wq[m] + (r0 + g) * kRb + 4 * t + 32 * warp;
-    s[m] = wsc[m] + (r0 + g) * kNb + 2 * warp;
+    if constexpr (TL) {
+      q[m] = wq[m] + ((r0 / 32) * kSteps + warp) * kMxTileBytes + 16 * lane;
+      s[m] = wq[m] + ((r0 / 32) * kSteps + warp) * kMxTileBytes + 1024 + 8 * g;
+    } else {
+      q[m] = wq[m] + (r0 + g) * kRb + 4 * t + 32 * warp;
+      s[m] = wsc[m] + (r0 + g) * kNb + 2 * warp;
+    }
   }
   const int8_t* xp[NT];
   const float* xd[NT];
@@ -351,16 +358,34 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
     uint2 bv[NT][2], bn[NT][2];
     float2 own[NT];
   };
+  // Bytes a warp's pointers move a K step.
+  constexpr int64_t kQStep = TL ? KS * kMxTileBytes : 32 * KS, kSStep = TL ? KS * kMxTileBytes : 2 * KS;
   auto load = [&](Step& st, int u) {
 #pragma unroll
-    for (int m = 0; m < NM; ++m)
+    for (int m = 0; m < NM; ++m) {
+      if constexpr (TL) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint8_t* qi = q[m] + u * 32 * KS + i * 8 * kRb;
-        st.wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(qi));
-        st.wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(qi + 16));
-        st.ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + u * 2 * KS + i * 8 * kNb));
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(q[m] + u * kQStep + 512 * h));
+          st.wv[m][2 * h] = make_uint2(v.x, v.y);
+          st.wv[m][2 * h + 1] = make_uint2(v.z, v.w);
+        }
+        // (mx1_step uses a pair's low 16 bits only)
+        const uint2 e = __ldg(reinterpret_cast<const uint2*>(s[m] + u * kSStep));
+        st.ex[m][0] = e.x;
+        st.ex[m][1] = e.x >> 16;
+        st.ex[m][2] = e.y;
+        st.ex[m][3] = e.y >> 16;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t* qi = q[m] + u * 32 * KS + i * 8 * kRb;
+          st.wv[m][i].x = __ldg(reinterpret_cast<const uint32_t*>(qi));
+          st.wv[m][i].y = __ldg(reinterpret_cast<const uint32_t*>(qi + 16));
+          st.ex[m][i] = __ldg(reinterpret_cast<const uint16_t*>(s[m] + u * 2 * KS + i * 8 * kNb));
+        }
       }
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       if (j > 0 && !two) {
@@ -383,8 +408,8 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
     if (second) load(s1, 1);
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
-      q[m] += P * 32 * KS;
-      s[m] += P * 2 * KS;
+      q[m] += P * kQStep;
+      s[m] += P * kSStep;
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
