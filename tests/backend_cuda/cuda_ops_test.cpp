@@ -361,7 +361,9 @@ TEST_P(CudaOpsMode, MoeExperts) {
 // tensor-core threshold) against the q8x twin: tiles of 8 / 16 / 32 tokens per pass (the
 // three kernel variants), an expert that receives every token (several passes), experts
 // that receive none, the real 2880 x 2880 shape; also == the per-slot dp4a path within the
-// same bound (both are the twin's numerics, summed in another order). The 2880 shapes run
+// same bound (both are the twin's numerics, summed in another order); and on a backend with
+// moe_tiles, == the default backend exactly (the 2880 shapes read the MMA tile copy, the
+// others are unchanged). The 2880 shapes run
 // the k_loop_mx1 kernels (unless BRASS_CUDA_MOE_FAST=0): at 16 tokens (2 an expert on
 // average) one token tile a pass; from 6 on average two tiles a pass where more than 8
 // tokens are left: at 44 tokens expert 9 gets all of them (passes of 16, 16 and 12, the
@@ -374,6 +376,10 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   o.mma_moe_min_tok = 1 << 30;  // the per-slot path, for the cross-check
   auto per_slot = make_cuda_backend(o);
   ASSERT_TRUE(per_slot.is_ok());
+  CudaBackendOptions ot;
+  ot.moe_tiles = true;  // the 2880 shapes' lean loop on the MMA tile copy
+  auto tiled = make_cuda_backend(ot);
+  ASSERT_TRUE(tiled.is_ok());
   SEED_TRACE(f.rng);
   struct Case { int64_t n_embd, n_ff, n_expert, k, n_tok; int hot; int used; };
   // hot >= 0: every token's first expert is `hot`; used: experts drawn from [0, used).
@@ -399,9 +405,9 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
                       .down = d.view, .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(),
                       .out = nullptr, .n_tok = c.n_tok, .k = c.k};
     const auto want = moe_q8x_twin(*f.cpu, ref, c.n_expert);
-    std::vector<float> got[2];
-    Backend* bes[2] = {f.gpu.get(), per_slot.value().get()};
-    for (int b = 0; b < 2; ++b) {
+    std::vector<float> got[3];
+    Backend* bes[3] = {f.gpu.get(), per_slot.value().get(), tiled.value().get()};
+    for (int b = 0; b < 3; ++b) {
       Backend& be = *bes[b];
       Dev dx = Dev::from(be, x), di = Dev::from(be, ids), dw = Dev::from(be, w), dgb = Dev::from(be, gb),
           dub = Dev::from(be, ub), ddb = Dev::from(be, db), dout = Dev::poisoned<float>(be, want.size());
@@ -413,6 +419,8 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
     }
     expect_close(got[0], want, 1e-3, 1e-5, "grouped mma moe vs twin");
     expect_close(got[0], got[1], 1e-3, 1e-5, "grouped mma moe vs per-slot dp4a moe");
+    // The tile copy holds the same operands for the same instructions: equal bit for bit.
+    expect_close(got[2], got[0], 0, 0, "grouped mma moe on the tile copy vs on the GGUF layout");
   }
 }
 
