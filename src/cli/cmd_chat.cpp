@@ -100,6 +100,7 @@ int run_chat(const ChatOptions& o) {
   req.options.n_threads = o.threads;
   req.options.n_ctx = o.n_ctx;
   req.options.kv_tokens = o.kv_tokens;
+  req.moe_tiles = o.moe_tiles;
   req.options.yarn_rounded = o.yarn_rounded;
   auto loaded = load_model(req);
   if (!loaded) return fail(loaded.status().message());

@@ -20,11 +20,13 @@ Runner add_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServerOptions>();
   auto device = std::make_shared<std::string>("auto");
   auto kv_tokens = std::make_shared<int64_t>(0);
+  auto moe_tiles = std::make_shared<bool>(false);
   o->progress = true;
   app.add_option("-m,--model", o->model_path,
                  "GGUF file (default: the built-in tiny model: real o200k vocabulary, RANDOM weights)");
   app.add_option("--device", *device, "cpu, cuda or auto (cuda when built with it and a GPU is present)")
       ->capture_default_str();
+  app.add_flag("--moe-tiles", *moe_tiles, "cuda: a second copy of the MXFP4 experts laid out as MMA tiles (batched decode ~10% faster on an H100; the experts' memory twice)");
   app.add_option("--host", o->host, "address to listen on (loopback by default)")->capture_default_str();
   app.add_option("--port", o->port, "port (0: any free port, printed)")->capture_default_str();
   app.add_option("--parallel", o->parallel, "sequences generated at once (continuous batching)")->capture_default_str();
@@ -46,17 +48,18 @@ Runner add_serve(CLI::App& app) {
   // end-to-end tests can drive the real model path through known Harmony structure.
   app.add_flag("--test-hooks", o->test_hooks, "TEST ONLY: accept the brass_test_force request field")->group("");
   app.add_option("--test-load-delay-ms", o->test_load_delay_ms, "TEST ONLY: delay the model load")->group("");
-  return [o, device, kv_tokens]() -> int {
+  return [o, device, kv_tokens, moe_tiles]() -> int {
     server::ServerOptions opts = *o;
     auto requested = parse_device(*device);
     if (!requested) return fail(requested.status().message());
     auto resolved = resolve_device(*requested);
     if (!resolved) return fail(resolved.status().message());
     const Device dev = *resolved;
-    opts.load_model = [dev, kv = *kv_tokens](std::unique_ptr<gguf::Reader> reader, const model::ModelOptions& mo) {
+    opts.load_model = [dev, kv = *kv_tokens, tiles = *moe_tiles](std::unique_ptr<gguf::Reader> reader,
+                                                                 const model::ModelOptions& mo) {
       model::ModelOptions with_pool = mo;
       with_pool.kv_tokens = kv;
-      return load_model_on(std::move(reader), dev, with_pool);
+      return load_model_on(std::move(reader), dev, with_pool, std::nullopt, tiles);
     };
     std::fprintf(stderr, "brass: serve: device %s\n", device_name(dev));
     if (opts.model_path.empty()) opts.model_path = builtin_model_path();

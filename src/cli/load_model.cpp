@@ -93,7 +93,7 @@ Result<LoadedModel> load_model(const LoadRequest& req) {
     BRASS_ASSIGN_OR_RETURN(lm.tokenizer, tok::Tokenizer::from_gguf(*reader));
   }
   Timer t;
-  BRASS_ASSIGN_OR_RETURN(lm.model, load_model_on(std::move(reader), lm.device, req.options, req.kv_type));
+  BRASS_ASSIGN_OR_RETURN(lm.model, load_model_on(std::move(reader), lm.device, req.options, req.kv_type, req.moe_tiles));
   lm.load_s = t.seconds();
   backend::Backend& be = lm.model->backend();
   lm.device_desc = lm.device == Device::kCuda ? be.name() : fmt::format("{}, {} threads", be.name(), be.n_threads());
@@ -101,14 +101,18 @@ Result<LoadedModel> load_model(const LoadRequest& req) {
 }
 
 Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
-                                                    model::ModelOptions options, std::optional<DType> kv_type) {
+                                                    model::ModelOptions options, std::optional<DType> kv_type,
+                                                    bool moe_tiles) {
   if (device == Device::kAuto) return Status::error("load_model_on: the device must be resolved (cpu or cuda)");
   options.kv_type = kv_type ? *kv_type : device == Device::kCuda ? DType::F16 : DType::F32;
   if (device == Device::kCuda) {
 #ifdef BRASS_CLI_HAVE_CUDA
-    BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend());
+    backend::CudaBackendOptions co;
+    co.moe_tiles = moe_tiles;
+    BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend(co));
     return model::Model::load(std::move(reader), options, std::move(be));
 #else
+    (void)moe_tiles;
     return resolve_device(Device::kCuda).status();
 #endif
   }

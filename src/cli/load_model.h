@@ -43,6 +43,7 @@ struct LoadRequest {
   model::ModelOptions options;    // n_threads, n_ctx, yarn_rounded, max_chunk_tokens, ...
   std::optional<DType> kv_type;   // nullopt: per-device default (see above)
   bool tokenizer = true;          // also build the tokenizer from the GGUF metadata
+  bool moe_tiles = false;         // cuda: the experts' MMA tile copy (--moe-tiles, CudaBackendOptions)
 };
 
 struct LoadedModel {
@@ -64,7 +65,8 @@ Result<LoadedModel> load_model(const LoadRequest& req);
 // default unless `kv_type` is set.
 Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
                                                     model::ModelOptions options,
-                                                    std::optional<DType> kv_type = std::nullopt);
+                                                    std::optional<DType> kv_type = std::nullopt,
+                                                    bool moe_tiles = false);
 
 // True when `p` picks the argmax of the raw logits (temperature <= 0 and no penalty that
 // could change the argmax), so the backend's greedy decode gives the same tokens.

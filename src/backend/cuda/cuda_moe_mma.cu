@@ -292,30 +292,31 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // matrices have them: the same loops, each K step's operands in three loads a matrix.
   // H100, same call, x8 / x32 / x64: 1,575 / 4,623 / 7,424 -> 1,727 / 5,128 / 8,074 tok/s.
   const bool tl = lean && a.gate.tiles && a.up.tiles && a.down.tiles;
-  if (tl && mx2 && avg >= 6) {
-    launch_gate_up<2, 4, kGptOssDim, 1, true>(a, b, grp, e, st);
-    launch_down<2, 4, kGptOssDim, 2, true>(a, b, grp, e, st);
-  } else if (tl) {
-    launch_gate_up<1, 4, kGptOssDim, 2, true>(a, b, grp, e, st);
-    launch_down<1, 4, kGptOssDim, 1, true>(a, b, grp, e, st);
-  } else if (lean && mx2 && avg >= 6) {
-    if (steps_gu == 2)
-      launch_gate_up<2, 3, kGptOssDim, 2>(a, b, grp, e, st);
-    else
-      launch_gate_up<2, 4, kGptOssDim>(a, b, grp, e, st);
-    if (steps_dn == 1)
-      launch_down<2, 4, kGptOssDim>(a, b, grp, e, st);
-    else
-      launch_down<2, 4, kGptOssDim, 2>(a, b, grp, e, st);
+  auto launch_lean = [&]<bool TL>() {
+    if (mx2 && avg >= 6) {
+      if (steps_gu == 2)
+        launch_gate_up<2, 3, kGptOssDim, 2, TL>(a, b, grp, e, st);
+      else
+        launch_gate_up<2, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+      if (steps_dn == 1)
+        launch_down<2, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+      else
+        launch_down<2, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+    } else {
+      if (steps_gu == 1)
+        launch_gate_up<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+      else
+        launch_gate_up<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+      if (steps_dn == 2)
+        launch_down<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+      else
+        launch_down<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+    }
+  };
+  if (tl) {
+    launch_lean.template operator()<true>();
   } else if (lean) {
-    if (steps_gu == 1)
-      launch_gate_up<1, 4, kGptOssDim>(a, b, grp, e, st);
-    else
-      launch_gate_up<1, 4, kGptOssDim, 2>(a, b, grp, e, st);
-    if (steps_dn == 2)
-      launch_down<1, 4, kGptOssDim, 2>(a, b, grp, e, st);
-    else
-      launch_down<1, 4, kGptOssDim>(a, b, grp, e, st);
+    launch_lean.template operator()<false>();
   } else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
   else if (nt == 4)
