@@ -199,12 +199,11 @@ __global__ void __launch_bounds__(128) gu_walk(Layer L, unsigned* sink) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  uint8_t* buf = nullptr;
-  unsigned* sink = nullptr;
-  if (cudaMalloc(&buf, kLayerBytes * kLayers) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess) return 1;
-  cudaMemset(buf, 1, kLayerBytes * kLayers);
+  ColdProbe pr(kLayerBytes * kLayers);
+  if (!pr.ok()) return 1;
+  uint8_t* buf = pr.buf;
+  unsigned* sink = pr.sink;
+  const int sms = pr.sms;
   std::mt19937 rng(11);
   auto layers = [&](bool adjacent) {
     std::vector<Layer> v(kLayers);
@@ -219,24 +218,8 @@ int main() {
     return v;
   };
   const std::vector<Layer> rnd = layers(false), adj = layers(true);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
   const double mb = 2.0 * kSlots * kRows * (kCode + kScale) / 1e6;
-  auto timeit = [&](const char* name, auto launch) {
-    float ms = 0.f;
-    const int reps = 48;
-    for (int pass = 0; pass < 2; ++pass) {
-      cudaEventRecord(a);
-      for (int r = 0; r < reps; ++r) launch(r % kLayers);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      cudaEventElapsedTime(&ms, a, b);
-    }
-    const double us = ms * 1e3 / reps;
-    const cudaError_t e = cudaGetLastError();
-    std::printf("%-40s %8.2f us %8.0f GB/s %s\n", name, us, mb * 1e3 / us, e ? cudaGetErrorString(e) : "");
-  };
+  auto timeit = [&](const char* name, auto launch) { pr.timeit(name, 48, mb, [&](int r) { launch(r % kLayers); }); };
   std::printf("gate/up bytes of one token: %.1f MB, %d SMs\n", mb, sms);
   timeit("plain contiguous read, 4 blocks/SM", [&](int l) {
     read_kernel<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(buf + size_t(l) * kLayerBytes),

@@ -97,34 +97,18 @@ __global__ void __launch_bounds__(128, 4) tiled_kernel(const uint8_t* layer, uns
 }  // namespace
 
 int main() {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  uint8_t* buf = nullptr;
-  unsigned* sink = nullptr;
-  if (cudaMalloc(&buf, kLayerBytes * kLayers) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess) return 1;
-  cudaMemset(buf, 1, kLayerBytes * kLayers);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  ColdProbe pr(kLayerBytes * kLayers);
+  if (!pr.ok()) return 1;
   const double mb = kLayerBytes / 1e6;
+  // A layer's gate + up a launch, the 4 layers in turn.
   auto timeit = [&](const char* name, auto launch) {
-    float ms = 0.f;
-    const int reps = 32;
-    for (int pass = 0; pass < 2; ++pass) {
-      cudaEventRecord(a);
-      for (int r = 0; r < reps; ++r) launch(buf + size_t(r % kLayers) * kLayerBytes);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      cudaEventElapsedTime(&ms, a, b);
-    }
-    const double us = ms * 1e3 / reps;
-    const cudaError_t e = cudaGetLastError();
-    std::printf("%-44s %8.1f us %8.0f GB/s %s\n", name, us, mb * 1e3 / us, e ? cudaGetErrorString(e) : "");
+    pr.timeit(name, 32, mb, [&](int r) { launch(pr.buf + size_t(r % kLayers) * kLayerBytes); });
   };
-  std::printf("a layer's gate + up, 32 experts: %.1f MB, %d SMs\n", mb, sms);
+  std::printf("a layer's gate + up, 32 experts: %.1f MB, %d SMs\n", mb, pr.sms);
   const dim3 grid(kRows / 32, kExperts);
+  unsigned* sink = pr.sink;
   timeit("plain contiguous read, 4 blocks/SM", [&](const uint8_t* l) {
-    read_kernel<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), kLayerBytes / 16, sink);
+    read_kernel<<<pr.sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), kLayerBytes / 16, sink);
   });
   timeit("GGUF rows, 1 step in flight", [&](const uint8_t* l) { rows_kernel<1><<<grid, 128>>>(l, sink); });
   timeit("GGUF rows, 2 steps in flight", [&](const uint8_t* l) { rows_kernel<2><<<grid, 128>>>(l, sink); });
