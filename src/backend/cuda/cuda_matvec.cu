@@ -283,8 +283,8 @@ __global__ void repack_mx_kernel(const uint8_t* __restrict__ src, uint8_t* qs, u
   for (int j = 0; j < 16; ++j) qs[b * 16 + j] = blk[1 + j];
 }
 
-// One block a tile (DevW::tiles), a thread a 4-byte word: words 0..255 the codes, 256..271
-// the rows' E8M0 pairs.
+// One block a tile (DevW::tiles): threads 0..255 copy a 4-byte code word each, threads
+// 256..287 one row's 2-byte E8M0 pair each.
 __global__ void mx_tiles_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, uint8_t* dst,
                                 int64_t n_in, int64_t steps) {
   const int64_t tile = blockIdx.x, rb = tile / steps, u = tile % steps;
