@@ -321,9 +321,14 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // start, 4,130; each lane asking L2 for one row's bytes 1 or 2 steps ahead
 // (prefetch.global.L2), 3,124 / 3,225. What did pay (session 18, +1 to +1.5%): P = 2, the
 // loads of two K steps issued before computing the first, in registers, in the kernels
-// that have the registers to spare (cuda_moe_mma.cu picks per kernel).
+// that have the registers to spare (cuda_moe_mma.cu picks per kernel). Session 27 (H100)
+// found the real limit in the loads' shape: each warp load here touches 8 rows' half
+// sectors, and even without arithmetic that pattern reads a layer's gate + up at ~69% of
+// a plain copy (bench/cuda_moe_pattern.cu); a ping-pong variant (the next step's loads
+// before this step computes) lost 1-15% and a 4-stage ring a third.
 // TL: wq[m] is matrix m's tile copy (DevW::tiles: a step's operands in two 16-byte loads
-// and one 8-byte load a lane), wsc unused.
+// and one 8-byte load a lane, 1,088 contiguous bytes a warp), wsc unused: x8 / x32 / x64
+// +10 / +11 / +9% on the H100.
 template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], int64_t neg,
