@@ -1,0 +1,121 @@
+// cuda_dense_pattern: is the batched decode's dense q/k/v projection (matmul_h16_wide_kernel,
+// cuda_matmul_mma.cu: ~17 us for 15.6 MB of Q8_0 at 64 streams on the H200, 0.8 TB/s, where
+// cuBLAS reads twice the bytes as f16 in 11.3 us) bound by its weight reads' shape? Reads
+// one layer's q/k/v weights (5,120 rows x 2,880, Q8_0 split at upload: int8 codes, then f16
+// scales) with no arithmetic, as that kernel does: grid (20 row blocks, K split 8) x 8
+// warps, a warp per 32-row tile, a lane per 64-column chunk loading rows g + 8 i (i < 4) as
+// 16 bytes at column 16 t and the rows' f16 scales of 32-column block 2 c + t / 2; P chunks
+// in flight a warp. Against it: the same loads from (32-row tile, chunk) tiles of 2,176
+// contiguous bytes (codes as a lane's four 16-byte words, then its four scales as 8 bytes),
+// and a plain contiguous read. 24 layers in turn so nothing hits in L2 (the one-token
+// q/k/v reads the same bytes; cuda_burst_read.cu times that size as one plain read).
+// Build: nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a bench/cuda_dense_pattern.cu -o /tmp/densep
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "cuda_cold_read.cuh"
+
+namespace {
+
+constexpr int kRowsQkv = 5120, kN = 2880, kChunks = kN / 64, kTiles = kRowsQkv / 32, kLayers = 24, kSplit = 8;
+constexpr size_t kCodes = size_t(kRowsQkv) * kN, kScales = size_t(kRowsQkv) * (kN / 32) * 2;
+constexpr size_t kLayerBytes = kCodes + kScales;
+constexpr int kTileBytes = 32 * 64 + 32 * 2 * 2 * 2;  // codes, then (g, t / 2) x 4 rows' halves
+
+// This chunk range of a K split (as the wide kernel splits its 45 chunks).
+__device__ __forceinline__ void split_range(int& c0, int& c1) {
+  c0 = blockIdx.z * kChunks / gridDim.z;
+  c1 = (blockIdx.z + 1) * kChunks / gridDim.z;
+}
+
+template <int P>
+__global__ void __launch_bounds__(256, 2) rows_kernel(const uint8_t* layer, unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.y * 8 + warp;
+  if (tile >= kTiles) return;
+  const uint8_t* q = layer + size_t(tile * 32 + g) * kN + 16 * t;
+  const __half* sc = reinterpret_cast<const __half*>(layer + kCodes) + size_t(tile * 32 + g) * (kN / 32) + (t >> 1);
+  int c0, c1;
+  split_range(c0, c1);
+  unsigned acc = 0;
+#pragma unroll 1
+  for (int c = c0; c < c1; c += P) {
+    uint4 v[P][4];
+    unsigned short s[P][4];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool ok = c + p < c1;
+        v[p][i] = ok ? __ldg(reinterpret_cast<const uint4*>(q + size_t(8 * i) * kN + 64 * (c + p))) : make_uint4(0, 0, 0, 0);
+        s[p][i] = ok ? __half_as_ushort(__ldg(sc + 8 * i * (kN / 32) + 2 * (c + p))) : 0;
+      }
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc ^= v[p][i].x ^ v[p][i].y ^ v[p][i].z ^ v[p][i].w ^ s[p][i];
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+template <int P>
+__global__ void __launch_bounds__(256, 2) tiled_kernel(const uint8_t* layer, unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.y * 8 + warp;
+  if (tile >= kTiles) return;
+  const uint8_t* base = layer + size_t(tile) * kChunks * kTileBytes;
+  int c0, c1;
+  split_range(c0, c1);
+  unsigned acc = 0;
+#pragma unroll 1
+  for (int c = c0; c < c1; c += P) {
+    uint4 v[P][4];
+    uint2 s[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const bool ok = c + p < c1;
+      const uint8_t* tl = base + size_t(c + p) * kTileBytes;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[p][i] = ok ? __ldg(reinterpret_cast<const uint4*>(tl + 512 * i) + lane) : make_uint4(0, 0, 0, 0);
+      s[p] = ok ? __ldg(reinterpret_cast<const uint2*>(tl + 2048) + 2 * g + (t >> 1)) : make_uint2(0, 0);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      acc ^= s[p].x ^ s[p].y;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc ^= v[p][i].x ^ v[p][i].y ^ v[p][i].z ^ v[p][i].w;
+    }
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+}  // namespace
+
+int main() {
+  ColdProbe pr(kLayerBytes * kLayers);
+  if (!pr.ok()) return 1;
+  const double mb = kLayerBytes / 1e6;
+  auto timeit = [&](const char* name, auto launch) {
+    pr.timeit(name, 48, mb, [&](int r) { launch(pr.buf + size_t(r % kLayers) * kLayerBytes); });
+  };
+  std::printf("a layer's q/k/v, Q8_0 split: %.1f MB, %d SMs\n", mb, pr.sms);
+  unsigned* sink = pr.sink;
+  timeit("plain contiguous read, 4 blocks/SM", [&](const uint8_t* l) {
+    read_kernel<<<pr.sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), kLayerBytes / 16, sink);
+  });
+  for (int split : {kSplit, 4, 2}) {
+    const dim3 grid(1, kTiles / 8, split);
+    char name[64];
+    std::snprintf(name, sizeof name, "rows, split %d, 1 / 2 chunks in flight", split);
+    timeit(name, [&](const uint8_t* l) { rows_kernel<1><<<grid, 256>>>(l, sink); });
+    timeit("  (2 chunks)", [&](const uint8_t* l) { rows_kernel<2><<<grid, 256>>>(l, sink); });
+    std::snprintf(name, sizeof name, "tiles, split %d, 1 / 2 chunks in flight", split);
+    timeit(name, [&](const uint8_t* l) { tiled_kernel<1><<<grid, 256>>>(l, sink); });
+    timeit("  (2 chunks)", [&](const uint8_t* l) { tiled_kernel<2><<<grid, 256>>>(l, sink); });
+  }
+  return 0;
+}
