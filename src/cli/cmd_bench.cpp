@@ -198,13 +198,14 @@ Runner add_bench(CLI::App& app) {
     int reps = 5, threads = 0;
     int64_t stream_prompt = 128, stream_gen = 128, kv_tokens = 0;
     double floor = 0;
-    bool json = false, moe_tiles = false;
+    bool json = false;
+    std::string moe_tiles = "auto";
   };
   auto o = std::make_shared<Opts>();
   app.add_option("-m,--model", o->model, "GGUF file (default: the built-in tiny model: a smoke test, not a measurement)");
   app.add_option("--device", o->device, "cpu | cuda | auto (auto: CUDA when built with it and a GPU is present)")
       ->capture_default_str();
-  app.add_flag("--moe-tiles", o->moe_tiles, "cuda: a second copy of the MXFP4 experts laid out as MMA tiles (batched decode ~10% faster on an H100; the experts' memory twice)");
+  app.add_option("--moe-tiles", o->moe_tiles, kMoeTilesHelp)->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   app.add_option("-p,--n-prompt", o->pp, "prefill sizes, comma-separated (0: no prefill rows)")->capture_default_str();
   app.add_option("-n,--n-gen", o->tg, "decode lengths, comma-separated (0: no decode rows)")->capture_default_str();
   app.add_option("-d,--depth", o->depth, "KV depths the decode rows start at, comma-separated")->capture_default_str();
@@ -286,7 +287,9 @@ Runner add_bench(CLI::App& app) {
     req.model = o->model;
     req.device = *resolved;
     req.tokenizer = false;
-    req.moe_tiles = o->moe_tiles;
+    auto tiles = parse_moe_tiles(o->moe_tiles);
+    if (!tiles) return fail(tiles.status().message());
+    req.moe_tiles = *tiles;
     req.options.n_threads = o->threads;
     req.options.n_ctx = need_ctx;
     {  // the pool: the largest row's sequences at once (one per row, or the S streams)

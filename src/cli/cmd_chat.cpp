@@ -100,7 +100,9 @@ int run_chat(const ChatOptions& o) {
   req.options.n_threads = o.threads;
   req.options.n_ctx = o.n_ctx;
   req.options.kv_tokens = o.kv_tokens;
-  req.moe_tiles = o.moe_tiles;
+  auto tiles = parse_moe_tiles(o.moe_tiles);
+  if (!tiles) return fail(tiles.status().message());
+  req.moe_tiles = *tiles;
   req.options.yarn_rounded = o.yarn_rounded;
   auto loaded = load_model(req);
   if (!loaded) return fail(loaded.status().message());

@@ -52,7 +52,8 @@ Runner add_run(CLI::App& app) {
     int n_predict = 64;
     runtime::SamplerParams sp;
     bool seed_given = false;
-    bool json = false, yarn_rounded = false, moe_tiles = false;
+    bool json = false, yarn_rounded = false;
+    std::string moe_tiles = "auto";
     int threads = 0;
     int64_t n_ctx = 4096;
     int64_t kv_tokens = 0;
@@ -83,7 +84,7 @@ Runner add_run(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   app.add_option("--device", o->device, "cpu | cuda | auto (auto: CUDA when built with it and a GPU is present)")
       ->capture_default_str();
-  app.add_flag("--moe-tiles", o->moe_tiles, "cuda: a second copy of the MXFP4 experts laid out as MMA tiles (batched decode ~10% faster on an H100; the experts' memory twice)");
+  app.add_option("--moe-tiles", o->moe_tiles, kMoeTilesHelp)->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   app.add_flag("--yarn-rounded", o->yarn_rounded, "llama.cpp's rounded YaRN ramp (bit-parity with llama.cpp)");
   auto* chat = app.add_flag("--chat", o->chat,
                             "interactive Harmony chat: each stdin line is a user turn (/exit, /reset; EOF ends)");
@@ -139,7 +140,9 @@ Runner add_run(CLI::App& app) {
     req.options.n_ctx = o->n_ctx;
     req.options.kv_tokens = o->kv_tokens;
     req.options.yarn_rounded = o->yarn_rounded;
-    req.moe_tiles = o->moe_tiles;
+    auto tiles = parse_moe_tiles(o->moe_tiles);
+    if (!tiles) return fail(tiles.status().message());
+    req.moe_tiles = *tiles;
     auto dev = parse_device(o->device);
     if (!dev) return fail(dev.status().message());
     req.device = *dev;

@@ -41,7 +41,7 @@ struct ChatOptions {
   int64_t n_ctx = 4096;
   int64_t kv_tokens = 0;              // KV block pool positions (0: automatic)
   bool yarn_rounded = false;
-  bool moe_tiles = false;             // cuda: --moe-tiles (LoadRequest::moe_tiles)
+  std::string moe_tiles = "auto";     // cuda: --moe-tiles auto|on|off (LoadRequest::moe_tiles)
   harmony::ReasoningEffort reasoning = harmony::ReasoningEffort::kMedium;
   std::optional<std::string> instructions;  // --system: the developer message's instructions
   std::optional<std::string> date;          // conversation start date; nullopt: today

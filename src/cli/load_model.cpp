@@ -27,6 +27,17 @@ Result<Device> parse_device(const std::string& name) {
   return Status::errorf("--device: \"{}\" is not a device (expected cpu, cuda or auto)", name);
 }
 
+Result<MoeTiles> parse_moe_tiles(const std::string& name) {
+  if (name == "auto") return MoeTiles::kAuto;
+  if (name == "on") return MoeTiles::kOn;
+  if (name == "off") return MoeTiles::kOff;
+  return Status::errorf("--moe-tiles: \"{}\" is not a choice (expected auto, on or off)", name);
+}
+
+bool moe_tiles_fit(int64_t weight_bytes, int64_t tile_bytes, int64_t device_bytes) {
+  return tile_bytes > 0 && device_bytes > 0 && 2 * (weight_bytes + tile_bytes) <= device_bytes;
+}
+
 const char* device_name(Device d) {
   switch (d) {
     case Device::kAuto: return "auto";
@@ -102,13 +113,22 @@ Result<LoadedModel> load_model(const LoadRequest& req) {
 
 Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
                                                     model::ModelOptions options, std::optional<DType> kv_type,
-                                                    bool moe_tiles) {
+                                                    MoeTiles moe_tiles) {
   if (device == Device::kAuto) return Status::error("load_model_on: the device must be resolved (cpu or cuda)");
   options.kv_type = kv_type ? *kv_type : device == Device::kCuda ? DType::F16 : DType::F32;
   if (device == Device::kCuda) {
 #ifdef BRASS_CLI_HAVE_CUDA
     backend::CudaBackendOptions co;
-    co.moe_tiles = moe_tiles;
+    if (moe_tiles != MoeTiles::kOff) {
+      int64_t weights = 0, tiles = 0;
+      for (const gguf::TensorInfo& t : reader->tensors()) {
+        int64_t ne[4] = {1, 1, 1, 1};
+        for (size_t d = 0; d < t.ne.size() && d < 4; ++d) ne[d] = t.ne[d];
+        weights += t.nbytes;
+        tiles += backend::cuda_moe_tile_bytes(t.type, ne);
+      }
+      co.moe_tiles = moe_tiles == MoeTiles::kOn || moe_tiles_fit(weights, tiles, backend::cuda_device_memory(co.device));
+    }
     BRASS_ASSIGN_OR_RETURN(auto be, backend::make_cuda_backend(co));
     return model::Model::load(std::move(reader), options, std::move(be));
 #else

@@ -37,13 +37,25 @@ bool cuda_compiled();
 // ("built without CUDA", "no CUDA device: ...").
 Result<Device> resolve_device(Device requested);
 
+// --moe-tiles auto|on|off: the CUDA backend's MMA tile copy of gpt-oss's MXFP4 experts
+// (backend::CudaBackendOptions::moe_tiles: batched decode ~10% faster, the experts' bytes
+// twice). auto: on where the weights and the copy take at most half the device's memory
+// (gpt-oss-20b on an 80 GB card: ~23 of 80 GB; not gpt-oss-120b), and only with a model
+// that has such experts.
+enum class MoeTiles { kAuto, kOn, kOff };
+Result<MoeTiles> parse_moe_tiles(const std::string& name);
+inline constexpr const char* kMoeTilesHelp =
+    "cuda: a second copy of the MXFP4 experts laid out as MMA tiles, batched decode ~10% faster (auto: when the "
+    "weights and the copy take at most half the GPU's memory)";
+bool moe_tiles_fit(int64_t weight_bytes, int64_t tile_bytes, int64_t device_bytes);
+
 struct LoadRequest {
   std::string model;              // empty: the built-in model
   Device device = Device::kAuto;
   model::ModelOptions options;    // n_threads, n_ctx, yarn_rounded, max_chunk_tokens, ...
   std::optional<DType> kv_type;   // nullopt: per-device default (see above)
   bool tokenizer = true;          // also build the tokenizer from the GGUF metadata
-  bool moe_tiles = false;         // cuda: the experts' MMA tile copy (--moe-tiles, CudaBackendOptions)
+  MoeTiles moe_tiles = MoeTiles::kAuto;  // cuda: the experts' MMA tile copy (--moe-tiles)
 };
 
 struct LoadedModel {
@@ -66,7 +78,7 @@ Result<LoadedModel> load_model(const LoadRequest& req);
 Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader> reader, Device device,
                                                     model::ModelOptions options,
                                                     std::optional<DType> kv_type = std::nullopt,
-                                                    bool moe_tiles = false);
+                                                    MoeTiles moe_tiles = MoeTiles::kAuto);
 
 // True when `p` picks the argmax of the raw logits (temperature <= 0 and no penalty that
 // could change the argmax), so the backend's greedy decode gives the same tokens.

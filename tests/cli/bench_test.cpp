@@ -218,17 +218,21 @@ TEST(Device, AutoGreedyMatchesCpu) {
   else EXPECT_GE(ja["tokens"].size(), 1u);  // quantized device kernels may legitimately diverge
 }
 
-// --moe-tiles (cuda: the experts' MMA tile copy, bit-identical results; the CPU ignores
-// it) is accepted by run and bench and changes no token.
-TEST(Device, MoeTilesFlagKeepsTokens) {
-  const Proc plain = run("run --json --device auto -n 6 --temp 0 -p 'The quick brown fox'");
-  const Proc tiles = run("run --json --device auto --moe-tiles -n 6 --temp 0 -p 'The quick brown fox'");
-  ASSERT_EQ(plain.rc, 0) << plain.err;
-  ASSERT_EQ(tiles.rc, 0) << tiles.err;
-  EXPECT_EQ(nlohmann::json::parse(plain.out)["tokens"], nlohmann::json::parse(tiles.out)["tokens"]);
-  const Proc b = run("bench --json --moe-tiles -p 8 -n 2 -r 1");
+// --moe-tiles auto|on|off (cuda: the experts' MMA tile copy, bit-identical results; the
+// CPU ignores it) is accepted by run and bench and changes no token; anything else is an
+// error that names the option.
+TEST(Device, MoeTilesOptionKeepsTokens) {
+  const Proc off = run("run --json --device auto --moe-tiles off -n 6 --temp 0 -p 'The quick brown fox'");
+  const Proc on = run("run --json --device auto --moe-tiles on -n 6 --temp 0 -p 'The quick brown fox'");
+  ASSERT_EQ(off.rc, 0) << off.err;
+  ASSERT_EQ(on.rc, 0) << on.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)["tokens"], nlohmann::json::parse(on.out)["tokens"]);
+  const Proc b = run("bench --json --moe-tiles on -p 8 -n 2 -r 1");
   ASSERT_EQ(b.rc, 0) << b.err;
   EXPECT_FALSE(nlohmann::json::parse(b.out).empty());
+  const Proc bad = run("run --moe-tiles maybe -p 'Hello'");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--moe-tiles"), std::string::npos) << bad.err;
 }
 
 }  // namespace

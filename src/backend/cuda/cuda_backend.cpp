@@ -186,7 +186,7 @@ class CudaBackend final : public Backend {
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)");
+    name_ = std::string("cuda:") + prop.name + (q8x_ ? "" : " (exact)") + (moe_tiles_ ? " (moe tiles)" : "");
     set_pdl(knob_on("BRASS_CUDA_PDL"));  // 0: plain launches (no overlap)
     if (tc) tc_ = std::make_unique<TensorCores>(st_, *tc);
   }
@@ -722,6 +722,21 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   CudaBackendOptions o;
   o.device = device;
   return make_cuda_backend(o);
+}
+
+int64_t cuda_moe_tile_bytes(DType type, const int64_t (&ne)[4]) {
+  if (type != DType::MXFP4 || !mx_tiles_shape(ne[0], ne[1], ne[2])) return 0;
+  return mx_tiles_bytes(ne[0], ne[1] * ne[2] * ne[3]);
+}
+
+int64_t cuda_device_memory(int device) {
+  if (!cuda_available(nullptr)) return 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(prop.totalGlobalMem);
 }
 
 CudaUploadStats cuda_upload_stats(const Backend& b) {

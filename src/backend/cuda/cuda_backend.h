@@ -59,9 +59,16 @@ struct CudaBackendOptions {
   // (2..~2,000 tokens a call) +9 to +11% on the H100 (BENCHMARKS.md, session 27), at the
   // cost of the experts' memory twice (~10 GB more for gpt-oss-20b). Single-stream decode
   // and the tensor-core prefill still read the GGUF layout. BRASS_CUDA_MOE_TILES=1 / 0
-  // overrides.
+  // overrides. (The CLI turns it on where the weights and the copy take at most half the
+  // card: cli::moe_tiles_fit.)
   bool moe_tiles = false;
 };
+
+// Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
+// order), 0 for weights that get none.
+int64_t cuda_moe_tile_bytes(DType type, const int64_t (&ne)[4]);
+// The device's memory in bytes (0 when there is no such device).
+int64_t cuda_device_memory(int device);
 
 // A CUDA backend. Fails when no device is usable.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o);
