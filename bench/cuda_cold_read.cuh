@@ -56,4 +56,15 @@ struct ColdProbe {
     const cudaError_t e = cudaGetLastError();
     std::printf("%-44s %8.2f us %8.0f GB/s %s\n", name, us, mb * 1e3 / us, e ? cudaGetErrorString(e) : "");
   }
+  // The buffer as n_layers layers of layer_bytes: launch(layer) reads one, the layers in
+  // turn (so nothing hits in L2); first the plain contiguous read of a layer.
+  template <class F>
+  void timeit_layers(const char* name, int reps, size_t layer_bytes, int n_layers, F launch) {
+    timeit(name, reps, layer_bytes / 1e6, [&](int r) { launch(buf + (r % n_layers) * layer_bytes); });
+  }
+  void plain_layers(int reps, size_t layer_bytes, int n_layers) {
+    timeit_layers("plain contiguous read, 4 blocks/SM", reps, layer_bytes, n_layers, [&](const uint8_t* l) {
+      read_kernel<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), layer_bytes / 16, sink);
+    });
+  }
 };

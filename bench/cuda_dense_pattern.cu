@@ -98,15 +98,10 @@ __global__ void __launch_bounds__(256, 2) tiled_kernel(const uint8_t* layer, uns
 int main() {
   ColdProbe pr(kLayerBytes * kLayers);
   if (!pr.ok()) return 1;
-  const double mb = kLayerBytes / 1e6;
-  auto timeit = [&](const char* name, auto launch) {
-    pr.timeit(name, 48, mb, [&](int r) { launch(pr.buf + size_t(r % kLayers) * kLayerBytes); });
-  };
-  std::printf("a layer's q/k/v, Q8_0 split: %.1f MB, %d SMs\n", mb, pr.sms);
+  auto timeit = [&](const char* name, auto launch) { pr.timeit_layers(name, 48, kLayerBytes, kLayers, launch); };
+  std::printf("a layer's q/k/v, Q8_0 split: %.1f MB, %d SMs\n", kLayerBytes / 1e6, pr.sms);
   unsigned* sink = pr.sink;
-  timeit("plain contiguous read, 4 blocks/SM", [&](const uint8_t* l) {
-    read_kernel<<<pr.sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), kLayerBytes / 16, sink);
-  });
+  pr.plain_layers(48, kLayerBytes, kLayers);
   for (int split : {kSplit, 4, 2}) {
     const dim3 grid(1, kTiles / 8, split);
     char name[64];

@@ -99,17 +99,11 @@ __global__ void __launch_bounds__(128, 4) tiled_kernel(const uint8_t* layer, uns
 int main() {
   ColdProbe pr(kLayerBytes * kLayers);
   if (!pr.ok()) return 1;
-  const double mb = kLayerBytes / 1e6;
-  // A layer's gate + up a launch, the 4 layers in turn.
-  auto timeit = [&](const char* name, auto launch) {
-    pr.timeit(name, 32, mb, [&](int r) { launch(pr.buf + size_t(r % kLayers) * kLayerBytes); });
-  };
-  std::printf("a layer's gate + up, 32 experts: %.1f MB, %d SMs\n", mb, pr.sms);
+  auto timeit = [&](const char* name, auto launch) { pr.timeit_layers(name, 32, kLayerBytes, kLayers, launch); };
+  std::printf("a layer's gate + up, 32 experts: %.1f MB, %d SMs\n", kLayerBytes / 1e6, pr.sms);
   const dim3 grid(kRows / 32, kExperts);
   unsigned* sink = pr.sink;
-  timeit("plain contiguous read, 4 blocks/SM", [&](const uint8_t* l) {
-    read_kernel<<<pr.sms * 4, 256>>>(reinterpret_cast<const uint4*>(l), kLayerBytes / 16, sink);
-  });
+  pr.plain_layers(32, kLayerBytes, kLayers);
   timeit("GGUF rows, 1 step in flight", [&](const uint8_t* l) { rows_kernel<1><<<grid, 128>>>(l, sink); });
   timeit("GGUF rows, 2 steps in flight", [&](const uint8_t* l) { rows_kernel<2><<<grid, 128>>>(l, sink); });
   timeit("GGUF rows, 3 steps in flight", [&](const uint8_t* l) { rows_kernel<3><<<grid, 128>>>(l, sink); });
