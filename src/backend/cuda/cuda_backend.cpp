@@ -13,9 +13,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
-#include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -27,23 +26,6 @@ namespace brass::backend {
 namespace {
 
 using namespace cuda;
-
-// Weights that have an MMA tile copy (CudaBackendOptions::moe_tiles): device pointer ->
-// the copy. Written at upload and when a backend dies, read where ops build their DevW.
-struct TileRegistry {
-  std::shared_mutex mu;
-  std::unordered_map<const void*, const uint8_t*> map;
-};
-TileRegistry& tile_registry() {
-  static TileRegistry r;
-  return r;
-}
-const uint8_t* tiles_of(const void* weight) {
-  TileRegistry& r = tile_registry();
-  std::shared_lock lock(r.mu);
-  const auto it = r.map.find(weight);
-  return it == r.map.end() ? nullptr : it->second;
-}
 
 DevW dev_weight(const WeightView& w) {
   DevW d;
@@ -65,7 +47,6 @@ DevW dev_weight(const WeightView& w) {
       d.type = kMX;
       d.s = d.q + split_scale_offset(d.rows * d.n_in / 2);
       d.vec = true;
-      d.tiles = tiles_of(w.data);
       break;
     default:
       BRASS_CHECK_MSG(false, "cuda backend: weight type {} is not supported", dtype_name(w.type));
@@ -197,10 +178,6 @@ class CudaBackend final : public Backend {
       cudaFreeHost(d.pinned);
       cudaEventDestroy(d.done);
     }
-    {
-      std::unique_lock lock(tile_registry().mu);
-      for (void* p : weights_) tile_registry().map.erase(p);
-    }
     for (void* p : weights_) cudaFree(p);
     for (void* p : pinned_) cudaFreeHost(p);
     cudaStreamDestroy(st_);
@@ -280,8 +257,10 @@ class CudaBackend final : public Backend {
       const int64_t qs = host.type == DType::Q8_0 ? rows * host.ne[0] : rows * host.ne[0] / 2;
       dev_bytes = split_scale_offset(qs) + rows * (host.ne[0] / 32) * (host.type == DType::Q8_0 ? 2 : 1);
     }
-    const bool tiles = moe_tiles_ && host.type == DType::MXFP4 && mx_tiles_shape(host.ne[0], host.ne[1], host.ne[2]);
-    if (tiles) dev_bytes = mx_tiles_offset(host.ne[0], rows) + mx_tiles_bytes(host.ne[0], rows);
+    // moe_tiles: the tile copy after the split layout, in the same allocation.
+    const int64_t tile_bytes = moe_tiles_ ? cuda_moe_tile_bytes(host.type, host.ne) : 0;
+    const int64_t tiles_at = split_scale_offset(dev_bytes);
+    if (tile_bytes) dev_bytes = tiles_at + tile_bytes;
     void* dst = nullptr;
     cudaError_t e = cudaMalloc(&dst, std::max<int64_t>(dev_bytes, 1));
     if (e != cudaSuccess)
@@ -291,12 +270,10 @@ class CudaBackend final : public Backend {
     if (split) land = static_cast<uint8_t*>(stage_dev_.get(static_cast<size_t>(bytes)));
     BRASS_TRY(staged_copy(land, static_cast<const uint8_t*>(host.data), bytes));
     if (split) launch_repack(host.type, land, static_cast<uint8_t*>(dst), host.ne[0], rows, st_);
-    if (tiles) {
+    if (tile_bytes) {
       uint8_t* q = static_cast<uint8_t*>(dst);
-      launch_mx_tiles(q, q + split_scale_offset(rows * host.ne[0] / 2), q + mx_tiles_offset(host.ne[0], rows),
-                      host.ne[0], rows, st_);
-      std::unique_lock lock(tile_registry().mu);
-      tile_registry().map[dst] = q + mx_tiles_offset(host.ne[0], rows);
+      launch_mx_tiles(q, q + split_scale_offset(rows * host.ne[0] / 2), q + tiles_at, host.ne[0], rows, st_);
+      tiles_[dst] = q + tiles_at;
     }
     e = cudaStreamSynchronize(st_);
     if (e != cudaSuccess) return Status::errorf("cuda backend: weight upload failed: {}", cudaGetErrorString(e));
@@ -377,8 +354,13 @@ class CudaBackend final : public Backend {
     launch_router({a.logits, a.ids, a.weights, a.n_tok, a.n_expert, a.k}, st_);
   }
   MoeP moe_params(const MoeArgs& a) const {
-    return MoeP{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
-                a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+    MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
+           a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+    if (!tiles_.empty()) {
+      for (auto [w, d] : {std::pair{a.gate.data, &p.gate}, std::pair{a.up.data, &p.up}, std::pair{a.down.data, &p.down}})
+        if (const auto it = tiles_.find(w); it != tiles_.end()) d->tiles = it->second;
+    }
+    return p;
   }
   void moe(const MoeArgs& a) override { moe_then(a, nullptr); }
   // Whether moe() takes the grouped MMA path (the cuBLAS path first where it applies, in
@@ -645,6 +627,9 @@ class CudaBackend final : public Backend {
   int device_;
   bool q8x_;
   bool moe_tiles_;  // CudaBackendOptions::moe_tiles
+  // The weights prepare_weight gave a tile copy (device pointer -> the copy, DevW::tiles);
+  // the MoE ops look their experts up here.
+  std::unordered_map<const void*, const uint8_t*> tiles_;
   int64_t mma_moe_min_tok_;  // tokens per call from which the MoE runs on the grouped int8 MMA kernels
   int64_t mma_dense_max_tok_;  // dense matmuls of 2..this many tokens on the int8 MMA kernel
   int64_t mma_h16_min_tok_;    // from this many tokens Q8_0 weights take its f16 variant

@@ -113,10 +113,6 @@ constexpr int64_t kMxTileBytes = 1024 + 64;
 // The shapes that get a tile copy: gpt-oss's experts (the lean loop's compile-time rows).
 inline bool mx_tiles_shape(int64_t n_in, int64_t ne1, int64_t n_mat) { return n_in == 2880 && ne1 == 2880 && n_mat > 1; }
 inline int64_t mx_tiles_bytes(int64_t n_in, int64_t rows) { return rows / 32 * (n_in / 64) * kMxTileBytes; }
-// Where the tile copy starts in the weight's allocation: after the split codes and scales.
-inline int64_t mx_tiles_offset(int64_t n_in, int64_t rows) {
-  return split_scale_offset(split_scale_offset(rows * n_in / 2) + rows * (n_in / 32));
-}
 
 struct SeqP {  // backend::AttnSeq
   int64_t tok0 = 0;
