@@ -1016,6 +1016,23 @@ TEST(CudaOps, ArgmaxTiesAndFeedback) {
   EXPECT_EQ(h[12], out[0]);
   EXPECT_EQ(h[21], out[1]);
   EXPECT_EQ(h[22], out[1]);
+  // Batched steps' shapes: rows split over fewer blocks each (argmax_parts), the vocabulary
+  // read as float4 or (n % 4 != 0) as floats; each row's maximum planted twice (the lower
+  // index wins) at random places, so the pair often lies in two blocks' ranges.
+  for (const auto [rows, m] : {std::pair<int64_t, int64_t>{64, 201088}, {37, 1001}, {9, 4096}, {2, 203}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows of " << m);
+    auto xs = f.rng.vec(rows * m, -5, 5);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t p = f.rng.integer(0, static_cast<int>(m - 1)), q = f.rng.integer(0, static_cast<int>(m - 1));
+      xs[r * m + p] = 6.0f + static_cast<float>(r % 3);
+      xs[r * m + q] = 6.0f + static_cast<float>(r % 3);
+    }
+    std::vector<int32_t> want(rows);
+    f.cpu->argmax({.x = xs.data(), .out = want.data(), .n_rows = rows, .n = m});
+    Dev dxs = Dev::from(*f.gpu, xs), dgot = Dev::poisoned<int32_t>(*f.gpu, rows);
+    for (int rep = 0; rep < 2; ++rep) f.gpu->argmax({.x = dxs.as<float>(), .out = dgot.as<int32_t>(), .n_rows = rows, .n = m});
+    EXPECT_EQ(dgot.get<int32_t>(rows), want);
+  }
 }
 
 // The output head of one row (cuda_head.cu: the head and the greedy pick in one launch)
