@@ -70,9 +70,15 @@ __global__ void dequant_kernel(DevW w, T* __restrict__ dst, int64_t dst_stride, 
 }
 
 // dst[i] = T(x[src_row(i)]) for rows i < n_rows of n floats; src_row = rows ? rows[i] / div : i.
+// A PDL launch that releases its dependent at once: the dense MMA kernel after it (batched
+// decode's q/k/v, wo and head) issues its static weight loads while this runs, and this
+// one's launch overlaps the tail of the kernel before it (a plain launch waited for that
+// kernel's end and held the next one back until its own).
 template <class T>
 __global__ void to_half_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int div, T* dst,
                                int64_t n_rows, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.y; i < n_rows; i += gridDim.y) {  // grid.y is capped at 65535
   const int64_t src = rows ? rows[i] / div : i;
   for (int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; c < n;
@@ -251,9 +257,10 @@ void launch_to_half(const float* x, const int32_t* rows, int div, void* dst, boo
   dim3 g(static_cast<unsigned>(std::min<int64_t>((n / 4 + 255) / 256 + 1, 16)),
          static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)));
   if (bf16)
-    to_half_kernel<__nv_bfloat16><<<g, 256, 0, st>>>(x, rows, div, static_cast<__nv_bfloat16*>(dst), n_rows, n);
+    launch_pdl(to_half_kernel<__nv_bfloat16>, g, dim3(256), 0, st, x, rows, div, static_cast<__nv_bfloat16*>(dst),
+               n_rows, n);
   else
-    to_half_kernel<__half><<<g, 256, 0, st>>>(x, rows, div, static_cast<__half*>(dst), n_rows, n);
+    launch_pdl(to_half_kernel<__half>, g, dim3(256), 0, st, x, rows, div, static_cast<__half*>(dst), n_rows, n);
   BRASS_CUDA_LAUNCHED();
 }
 
