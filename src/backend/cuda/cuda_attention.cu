@@ -1101,7 +1101,8 @@ struct RopeRowDev {
 template <class KV>
 __global__ void rope_store_multi_kernel(const RopeRowDev* __restrict__ table, const float* __restrict__ inv_freq,
                                         float mscale, int n_head, int n_head_kv, int head_dim, int hpb) {
-  pdl_trigger();  // launched normally: dependents may start prefetching
+  pdl_trigger();  // dependents may start prefetching
+  pdl_wait();     // (a PDL launch: its launch overlaps q/k/v's tail)
   extern __shared__ float cs[];  // [half] cos * mscale, [half] sin * mscale
   const RopeRowDev r = table[blockIdx.x];
   const int half = head_dim / 2;
@@ -1421,9 +1422,9 @@ bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st
   const auto* tab = static_cast<const RopeRowDev*>(table);
   const int nh = static_cast<int>(a.n_head), nkv = static_cast<int>(a.n_head_kv), d = static_cast<int>(a.head_dim);
   if (a.kv_type == DType::F16)
-    rope_store_multi_kernel<__half><<<grid, threads, smem, st>>>(tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
+    launch_pdl(rope_store_multi_kernel<__half>, grid, dim3(threads), smem, st, tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
   else
-    rope_store_multi_kernel<float><<<grid, threads, smem, st>>>(tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
+    launch_pdl(rope_store_multi_kernel<float>, grid, dim3(threads), smem, st, tab, a.inv_freq, a.mscale, nh, nkv, d, hpb);
   BRASS_CUDA_LAUNCHED();
   return true;
 }

@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(1024) moe_combine_residual_kernel(
     const float* __restrict__ o, const int32_t* __restrict__ inv, const int32_t* __restrict__ ids,
     const float* __restrict__ wts, const float* __restrict__ db, int64_t k, int64_t n, float* y,
     const float* __restrict__ w, float* xn, float eps) {
-  pdl_trigger();  // launched normally: dependents may start prefetching
+  pdl_trigger();  // dependents may start prefetching
+  pdl_wait();     // (a PDL launch: its launch overlaps down's tail)
   __shared__ float sh[32];
   const int64_t t = blockIdx.x;
   float* yr = y + t * n;
@@ -307,12 +308,11 @@ bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32
       (tail.norm && tail.xn == tail.y))
     return false;
   if (tail.norm)
-    moe_combine_residual_kernel<true><<<static_cast<unsigned>(n_tok), 1024, 0, st>>>(o, inv, ids, wts, db, k, n_embd,
-                                                                                     tail.y, tail.norm, tail.xn,
-                                                                                     tail.eps);
+    launch_pdl(moe_combine_residual_kernel<true>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
+               wts, db, k, n_embd, tail.y, tail.norm, tail.xn, tail.eps);
   else
-    moe_combine_residual_kernel<false><<<static_cast<unsigned>(n_tok), 1024, 0, st>>>(o, inv, ids, wts, db, k, n_embd,
-                                                                                      tail.y, nullptr, nullptr, 0.f);
+    launch_pdl(moe_combine_residual_kernel<false>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
+               wts, db, k, n_embd, tail.y, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0.f);
   BRASS_CUDA_LAUNCHED();
   return true;
 }
