@@ -25,6 +25,19 @@ using namespace mma;
 
 constexpr int kGptOssDim = 2880;  // gpt-oss 20b / 120b: n_embd = expert n_ff = 2880
 
+// Before the PDL wait (the weights are static): L2 prefetches of the block's first `pre` K
+// steps of each matrix's tiles (rows r0 .. r0 + 31: warp w's step u is tile w + kKs u of
+// the row block, so they are contiguous), one bulk prefetch a matrix from thread 0. The
+// expert may get no tokens (known only after the wait): then the bytes are unused.
+template <int N, int NM>
+__device__ __forceinline__ void prefetch_first_tiles(const uint8_t* const (&tiles)[NM], int64_t r0, int pre) {
+  if (pre <= 0 || threadIdx.x != 0) return;
+  const int64_t at = r0 / 32 * (N / 64) * kMxTileBytes;
+  const int64_t bytes = static_cast<int64_t>(min(pre * kKs, N / 64)) * kMxTileBytes;
+#pragma unroll
+  for (int m = 0; m < NM; ++m) prefetch_l2(tiles[m] + at, bytes);
+}
+
 // grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
 // e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
 // slots' sorted positions.
@@ -36,9 +49,10 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
     const int32_t* __restrict__ perm, int k, int8_t* __restrict__ act_q, float* __restrict__ act_d, float alpha,
-    float limit, int64_t xneg, int64_t aneg) {
+    float limit, int64_t xneg, int64_t aneg, int pre) {
   constexpr int NA = 2 * 2 * NT * 4;
   __shared__ float red[(kKs - 1) * NA][kWarp];
+  if constexpr (TL) prefetch_first_tiles<N>({gate.tiles, up.tiles}, blockIdx.y * gate.ne1 + blockIdx.x * kRows, pre);
   pdl_wait();
   pdl_trigger();
   const int e = blockIdx.y;
@@ -117,9 +131,10 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
                                                                   const int32_t* __restrict__ offsets, float* o,
-                                                                  int64_t aneg) {
+                                                                  int64_t aneg, int pre) {
   constexpr int NA = 2 * NT * 4;
   __shared__ float red[(kKs - 1) * NA][kWarp];
+  if constexpr (TL) prefetch_first_tiles<N>({down.tiles}, blockIdx.y * down.ne1 + blockIdx.x * kRows, pre);
   pdl_wait();
   pdl_trigger();
   const int e = blockIdx.y;
@@ -172,6 +187,24 @@ int env_steps(const char* name) {
   return n == 1 || n == 2 ? n : 0;
 }
 
+// K steps a warp of tiles a lean-loop block prefetches into L2 before its PDL wait
+// (prefetch_first_tiles), from 16 tokens a call (below, many experts get no tokens and the
+// prefetch is mostly wasted: x8 -1.1%). H100, same call, three rounds, x8 / x32 / x64 tok/s:
+// none 1,762-1,764 / 5,256-5,257 / 8,172-8,174; one step in gate/up and down 1,761-1,762 /
+// 5,284-5,285 / 8,191-8,193 (gate/up alone 5,277-5,279 / 8,186-8,192; two steps each
+// 5,292-5,296 / 8,186-8,195); against the previous commit's build, three rounds: x32 /
+// x64 5,242-5,247 / 8,190-8,199 -> 5,220-5,275 / 8,200-8,205. Measurement knobs: BRASS_CUDA_MOE_PRE_GU / _DN = steps (0:
+// none), BRASS_CUDA_MOE_PRE_MIN = fewest tokens.
+int pre_steps(const MoeP& a, bool gate_up) {
+  auto knob = [](const char* name, int dflt) {
+    const char* v = std::getenv(name);
+    return v ? std::max(0, std::atoi(v)) : dflt;
+  };
+  static const int min_tok = knob("BRASS_CUDA_MOE_PRE_MIN", 16);
+  static const int gu = knob("BRASS_CUDA_MOE_PRE_GU", 1), dn = knob("BRASS_CUDA_MOE_PRE_DN", 1);
+  return a.n_tok >= min_tok ? (gate_up ? gu : dn) : 0;
+}
+
 template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false>
 void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
@@ -179,7 +212,7 @@ void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp,
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
-             b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg);
+             b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg, pre_steps(a, true));
   BRASS_CUDA_LAUNCHED();
 }
 template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false>
@@ -187,7 +220,7 @@ void launch_down(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, in
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, aneg = a.n_tok * a.k * n_ff;
   launch_pdl(moe_down_mma_kernel<NT, MINB, N, P, TL>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
-             static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg);
+             static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg, pre_steps(a, false));
   BRASS_CUDA_LAUNCHED();
 }
 template <int NT, int MINB = 1, int N = 0>
