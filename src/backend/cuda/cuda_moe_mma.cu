@@ -193,8 +193,8 @@ int env_steps(const char* name) {
 // none 1,762-1,764 / 5,256-5,257 / 8,172-8,174; one step in gate/up and down 1,761-1,762 /
 // 5,284-5,285 / 8,191-8,193 (gate/up alone 5,277-5,279 / 8,186-8,192; two steps each
 // 5,292-5,296 / 8,186-8,195); against the previous commit's build, three rounds: x32 /
-// x64 5,242-5,247 / 8,190-8,199 -> 5,220-5,275 / 8,200-8,205. Measurement knobs: BRASS_CUDA_MOE_PRE_GU / _DN = steps (0:
-// none), BRASS_CUDA_MOE_PRE_MIN = fewest tokens.
+// x64 5,242-5,247 / 8,190-8,199 -> 5,220-5,275 / 8,200-8,205. Measurement knobs:
+// BRASS_CUDA_MOE_PRE_GU / _DN = steps (0: none), BRASS_CUDA_MOE_PRE_MIN = fewest tokens.
 int pre_steps(const MoeP& a, bool gate_up) {
   auto knob = [](const char* name, int dflt) {
     const char* v = std::getenv(name);
