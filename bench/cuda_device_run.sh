@@ -159,7 +159,8 @@ for s in $STAGES; do
       done ;;
     wideprobe)
       # Marks inside matmul_h16_wide_kernel's last split call
-      # (wo) of a batched step at each of PROBE_STREAMS (bench/cuda_wide_marks.py).
+      # (wo) of a batched step at each of PROBE_STREAMS (bench/cuda_wide_marks.py), then
+      # norm_router_rows' after it (bench/cuda_rows_marks.py).
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       probe_build || continue
       for s in ${PROBE_STREAMS:-64 32}; do
@@ -167,6 +168,7 @@ for s in $STAGES; do
         BRASS_PROBE_OUT="$OUT/marks.csv" timeout 100 build-probe/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 \
           --streams $s > "$OUT/wideprobe.log" 2>&1
         echo "== wide kernel marks, $s streams"; python3 bench/cuda_wide_marks.py "$OUT/marks.csv" | tee -a "$OUT/wideprobe.txt"
+        python3 bench/cuda_rows_marks.py "$OUT/marks.csv" | tee -a "$OUT/wideprobe.txt"
       done ;;
     ab)
       # Same-call A/B against an older tree: BASE (default .dev/base, e.g. `git archive HEAD~1 |

@@ -6,7 +6,8 @@
 // reference's except for a token whose k-th and (k+1)-th reference logits are a near-tie,
 // and must always equal the reference router applied to the kernel's own logits (the same
 // tie rule, bit for bit). Also: exact ties (equal router rows) pick the lower index, two
-// launches on the same counters give the same bits (the tickets reset), the launcher
+// launches on the same counters give the same bits (the tickets reset), 1, 2 and 4 tokens
+// a block give the same bits, the norm in place (xn = y) too, the launcher
 // declines what it does not cover, and CudaBackend::moe_block of several tokens (which
 // takes the kernel) still matches the reference moe_block. Skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -136,8 +137,8 @@ struct DevProblem {
     p.moe.k = s.k;
     return p;
   }
-  bool launch(bool with_add, cudaStream_t st) {
-    return cuda::launch_norm_router_rows(params(with_add), counters.p, st);
+  bool launch(bool with_add, cudaStream_t st, int tokens_per_block = 0) {
+    return cuda::launch_norm_router_rows(params(with_add), counters.p, st, nullptr, tokens_per_block);
   }
   Outputs get() const { return {y.get(), xn.get(), logits.get(), w.get(), ids.get()}; }
 };
@@ -205,9 +206,32 @@ TEST(CudaNormRouter, MatchesComposition) {
       const Outputs want = reference(*cpu, in, with_add);
       DevProblem d(in);
       ASSERT_TRUE(d.launch(with_add, st.s));
-      const int skipped = compare(*cpu, s, d.get(), want);
+      const Outputs got = d.get();
+      const int skipped = compare(*cpu, s, got, want);
       if (skipped) std::printf("norm_router: %d near-tie token(s) not compared with the reference picks\n", skipped);
       EXPECT_EQ(d.counters.get(), std::vector<unsigned>(d.counters.n, 0u)) << "counters left non-zero";
+      // 1, 2 or 4 tokens a block (the last group partial where n_tok is odd): the same
+      // sums in the same order, so the same bits as the launch above; and without an add,
+      // the norm in place (xn = y: written only once no block reads y any more).
+      for (const int tpb : {1, 2, 4}) {
+        SCOPED_TRACE(::testing::Message() << tpb << " tokens a block");
+        DevProblem e(in);
+        ASSERT_TRUE(e.launch(with_add, st.s, tpb));
+        const Outputs o = e.get();
+        EXPECT_EQ(o.y, got.y);
+        EXPECT_EQ(o.xn, got.xn);
+        EXPECT_EQ(o.logits, got.logits);
+        EXPECT_EQ(o.ids, got.ids);
+        EXPECT_EQ(o.w, got.w);
+        EXPECT_EQ(e.counters.get(), std::vector<unsigned>(e.counters.n, 0u)) << "counters left non-zero";
+        if (with_add) continue;
+        DevProblem f(in);
+        cuda::MoeBlockP p = f.params(false);
+        p.xn = f.y.p;
+        ASSERT_TRUE(cuda::launch_norm_router_rows(p, f.counters.p, st.s, nullptr, tpb));
+        EXPECT_EQ(f.y.get(), got.xn) << "xn written over y";
+        EXPECT_EQ(f.ids.get(), got.ids);
+      }
     }
   }
 }

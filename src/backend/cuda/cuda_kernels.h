@@ -218,7 +218,10 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
 // grouping and quantized tokens there: launch_moe_mma(..., prepared = true) follows.
 struct MoePrep;
 int64_t norm_router_rows_counters(const MoeBlockP& p);
-bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st, const MoePrep* prep = nullptr);
+// tokens_per_block: 1, 2 or 4 tokens a block (the same bits for each; tests), 0: chosen by
+// the token count.
+bool launch_norm_router_rows(const MoeBlockP& p, unsigned* counters, cudaStream_t st, const MoePrep* prep = nullptr,
+                             int tokens_per_block = 0);
 
 // ---- cuda_matvec.cu ----
 void launch_matmul(const MatmulP& a, cudaStream_t st);
