@@ -186,6 +186,15 @@ int compare(Backend& cpu, const Shape& s, const Outputs& got, const Outputs& wan
   return skipped;
 }
 
+// Every output bit equal (the same arithmetic run twice, or in other launch shapes).
+void expect_same_bits(const Outputs& got, const Outputs& want) {
+  EXPECT_EQ(got.y, want.y);
+  EXPECT_EQ(got.xn, want.xn);
+  EXPECT_EQ(got.logits, want.logits);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.w, want.w);
+}
+
 TEST(CudaNormRouter, MatchesComposition) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -217,12 +226,7 @@ TEST(CudaNormRouter, MatchesComposition) {
         SCOPED_TRACE(::testing::Message() << tpb << " tokens a block");
         DevProblem e(in);
         ASSERT_TRUE(e.launch(with_add, st.s, tpb));
-        const Outputs o = e.get();
-        EXPECT_EQ(o.y, got.y);
-        EXPECT_EQ(o.xn, got.xn);
-        EXPECT_EQ(o.logits, got.logits);
-        EXPECT_EQ(o.ids, got.ids);
-        EXPECT_EQ(o.w, got.w);
+        expect_same_bits(e.get(), got);
         EXPECT_EQ(e.counters.get(), std::vector<unsigned>(e.counters.n, 0u)) << "counters left non-zero";
         if (with_add) continue;
         DevProblem f(in);
@@ -293,12 +297,7 @@ TEST(CudaNormRouter, ConsecutiveLaunchesResetCounters) {
     d.ids.poison();
     ASSERT_TRUE(d.launch(false, st.s));
     ASSERT_TRUE(d.launch(false, st.s));  // and a third, back to back on the stream
-    const Outputs again = d.get();
-    EXPECT_EQ(again.y, first.y);
-    EXPECT_EQ(again.xn, first.xn);
-    EXPECT_EQ(again.logits, first.logits);
-    EXPECT_EQ(again.ids, first.ids);
-    EXPECT_EQ(again.w, first.w);
+    expect_same_bits(d.get(), first);
     EXPECT_EQ(d.counters.get(), std::vector<unsigned>(d.counters.n, 0u));
   }
 }
