@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +44,12 @@ inline bool knob_on(const char* name) {
 inline int env_int(const char* name, int dflt = 0) {
   const char* v = std::getenv(name);
   return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
+}
+// Count knob where 0 is a setting (e.g. "none"): the variable's value clamped to >= 0 if
+// it is set, else dflt.
+inline int env_count(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::max(0, std::atoi(v)) : dflt;
 }
 
 // Launch with programmatic stream serialization (see cuda_common.cuh) unless disabled

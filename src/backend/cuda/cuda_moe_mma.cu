@@ -196,12 +196,8 @@ int env_steps(const char* name) {
 // x64 5,242-5,247 / 8,190-8,199 -> 5,220-5,275 / 8,200-8,205. Measurement knobs:
 // BRASS_CUDA_MOE_PRE_GU / _DN = steps (0: none), BRASS_CUDA_MOE_PRE_MIN = fewest tokens.
 int pre_steps(const MoeP& a, bool gate_up) {
-  auto knob = [](const char* name, int dflt) {
-    const char* v = std::getenv(name);
-    return v ? std::max(0, std::atoi(v)) : dflt;
-  };
-  static const int min_tok = knob("BRASS_CUDA_MOE_PRE_MIN", 16);
-  static const int gu = knob("BRASS_CUDA_MOE_PRE_GU", 1), dn = knob("BRASS_CUDA_MOE_PRE_DN", 1);
+  static const int min_tok = env_count("BRASS_CUDA_MOE_PRE_MIN", 16);
+  static const int gu = env_count("BRASS_CUDA_MOE_PRE_GU", 1), dn = env_count("BRASS_CUDA_MOE_PRE_DN", 1);
   return a.n_tok >= min_tok ? (gate_up ? gu : dn) : 0;
 }
 
