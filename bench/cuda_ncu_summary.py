@@ -2,13 +2,15 @@
 """Summarize an `ncu --csv --print-units base` run with gpu__time_duration.sum and
 dram__bytes_read.sum: per kernel name, the launch count, total microseconds, total
 DRAM bytes read and the achieved GB/s (one decode token when the launch window covers
-one token)."""
+one token). --by-grid: per kernel name and grid size (the dense calls of one name: q / k /
+v, wo and the output head)."""
 import csv, sys, collections
 
 rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
 hdr = rows[0]
 ki, mi, vi = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
 idx = hdr.index("ID")
+gi = hdr.index("Grid Size") if "--by-grid" in sys.argv and "Grid Size" in hdr else None
 per = collections.defaultdict(dict)
 names = {}
 for r in rows[1:]:
@@ -16,8 +18,10 @@ for r in rows[1:]:
         per[r[idx]][r[mi]] = float(r[vi].replace(",", ""))
     except ValueError:
         continue
-    names[r[idx]] = (r[ki].replace("(anonymous namespace)::", "").replace("brass::backend::cuda::", "")
-                      .replace("void ", "").split("(")[0].split("<")[0])[:60]
+    names[r[idx]] = (r[ki].replace("(anonymous namespace)::", "").replace("<unnamed>::", "").replace("brass::backend::cuda::", "")
+                      .replace("void ", "").split("(")[0].split("<")[0])[:60 if gi is None else 44]
+    if gi is not None:
+        names[r[idx]] += " " + r[gi].replace(" ", "")
 agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
 for i, m in per.items():
     a = agg[names[i]]

@@ -374,6 +374,8 @@ class Backend {
   // may re-lay it out (the returned view is then only meaningful to this backend's ops).
   // 1-D f32 vectors (norms, biases, sinks) go through here too, as {F32, ptr, {n}}.
   virtual Result<WeightView> prepare_weight(const WeightView& host) { return host; }
+  // prepare_weight for the output head (a backend may lay it out for its head kernels too).
+  virtual Result<WeightView> prepare_output_head(const WeightView& host) { return prepare_weight(host); }
   virtual void add_rms_norm(const AddRmsNormArgs& a);
   virtual void attn_qkv(const AttnQkvArgs& a);
   virtual void moe_block(const MoeBlockArgs& a);

@@ -125,7 +125,8 @@ Result<std::unique_ptr<model::Model>> load_model_on(std::unique_ptr<gguf::Reader
         int64_t ne[4] = {1, 1, 1, 1};
         for (size_t d = 0; d < t.ne.size() && d < 4; ++d) ne[d] = t.ne[d];
         weights += t.nbytes;
-        tiles += backend::cuda_moe_tile_bytes(t.type, ne);
+        tiles += t.name == "output.weight" ? backend::cuda_head_tile_bytes(t.type, ne)
+                                            : backend::cuda_moe_tile_bytes(t.type, ne);
       }
       co.moe_tiles = moe_tiles == MoeTiles::kOn || moe_tiles_fit(weights, tiles, backend::cuda_device_memory(co.device));
     }

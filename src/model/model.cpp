@@ -81,7 +81,7 @@ Status Model::prepare_weights() {
     return Status::ok();
   };
   BRASS_TRY(mat(w_.token_embd));
-  BRASS_TRY(mat(w_.output));
+  BRASS_ASSIGN_OR_RETURN(w_.output, be.prepare_output_head(w_.output));
   BRASS_TRY(vec(w_.output_norm, c.n_embd));
   for (LayerWeights& L : w_.layers) {
     for (WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps})

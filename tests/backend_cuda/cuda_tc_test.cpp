@@ -112,6 +112,8 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
 // chunk of 32), one chunk (64), an odd number of chunks (448, 160), rows not a multiple
 // of 256 (35200, 72224: the last block's 4 / 7 idle warps), 8 / 16 / 32 tokens a pass,
 // two passes (64 tokens), token tails (17, 5, 12).
+// Then wo's shape at 64 tokens, one 256-row block at 47, two chunks at 61 and the head's
+// form at 36 (a pass of 32 and one of 4).
 TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -126,7 +128,8 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   for (const Case& c : {Case{2880, 4096, 64}, Case{4096, 2880, 33}, Case{2880, 512, 16}, Case{96, 64, 9},
                         Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64},
                         Case{448, 192, 17}, Case{64, 128, 3}, Case{352, 96, 24}, Case{96, 70400, 32}, Case{448, 69632, 17},
-                        Case{64, 35200, 64}, Case{160, 68608, 5}, Case{128, 72224, 12}}) {
+                        Case{64, 35200, 64}, Case{160, 68608, 5}, Case{128, 72224, 12}, Case{4096, 2880, 64},
+                        Case{2880, 256, 47}, Case{128, 4096, 61}, Case{192, 70400, 36}}) {
     SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
     W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
     const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
@@ -148,6 +151,61 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
     }
     expect_close(got[0], want, 2e-6, 2e-5, "f16 mma matmul");
     EXPECT_EQ(got[1], got[0]) << "a repeated f16 mma matmul differs";
+  }
+}
+
+// The output head's tile copy (moe_tiles: prepare_output_head adds kQ8TileBytes tiles that
+// the no-split 256-row calls read): the same bits as the split layout on a backend without
+// tiles, and the twin's values. After the first call the prepared weight's split-layout
+// codes are overwritten with noise: a call that still matches read the tiles. Shapes: K of
+// 1 chunk, 3, 7 and 45 (gpt-oss's 2880), 8..64 tokens (one pass of 8 / 32, two of 32 with a
+// tail), rows not a multiple of 256 (the last block's idle warps).
+TEST(CudaTensorCores, HeadTilesMatchSplitLayout) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  CudaBackendOptions o;
+  o.tensor_cores = false;
+  o.mma_h16_min_tok = 2;
+  auto plain_made = make_cuda_backend(o);
+  o.moe_tiles = true;
+  auto tiled_made = make_cuda_backend(o);
+  ASSERT_TRUE(plain_made.is_ok() && tiled_made.is_ok());
+  Backend &plain = *plain_made.value(), &tiled = *tiled_made.value();
+  struct Case { int64_t n_in, n_out, n_tok; bool twin; };
+  for (const Case& c : {Case{64, 70400, 64, true}, Case{448, 69632, 17, true}, Case{192, 72224, 36, true},
+                        Case{2880, 68608, 40, false}, Case{2880, 67616, 8, false}}) {
+    SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok);
+    W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
+    const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
+    const auto bias = rng.vec(c.n_out);
+    auto run = [&](Backend& be, const WeightView& wv) {
+      Dev dx = Dev::from(be, x), db = Dev::from(be, bias);
+      Dev dy = Dev::poisoned<float>(be, c.n_out * c.n_tok);
+      be.matmul({.w = wv, .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = c.n_tok});
+      return dy.get<float>(c.n_out * c.n_tok);
+    };
+    const WeightView wp = on_gpu(plain, w.view);
+    auto th = tiled.prepare_output_head(w.view);
+    ASSERT_TRUE(th.is_ok()) << th.status().message();
+    const std::vector<float> want = run(plain, wp), got = run(tiled, th.value());
+    EXPECT_EQ(got, want) << "tiles and the split layout differ";
+    const std::vector<uint8_t> noise = [&] {
+      std::vector<uint8_t> v(c.n_in * c.n_out);
+      for (auto& b : v) b = static_cast<uint8_t>(rng.uni(0, 255));
+      return v;
+    }();
+    tiled.upload(const_cast<void*>(th.value().data), noise.data(), noise.size());  // the split codes
+    EXPECT_EQ(run(tiled, th.value()), want) << "the call did not read the tiles";
+    if (!c.twin) continue;
+    std::vector<float> twin(c.n_out * c.n_tok);
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        double acc = 0;
+        for (int64_t i = 0; i < c.n_in; ++i) acc += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], false);
+        twin[t * c.n_out + r] = static_cast<float>(acc) + bias[r];
+      }
+    expect_close(got, twin, 2e-6, 2e-5, "tiled f16 mma head");
   }
 }
 

@@ -244,7 +244,10 @@ class CudaBackend final : public Backend {
     return {static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
   }
 
-  Result<WeightView> prepare_weight(const WeightView& host) override {
+  Result<WeightView> prepare_weight(const WeightView& host) override { return prepare(host, false); }
+  Result<WeightView> prepare_output_head(const WeightView& host) override { return prepare(host, true); }
+  // head: the output head (with moe_tiles, a Q8_0 head gets its tile copy too).
+  Result<WeightView> prepare(const WeightView& host, bool head) {
     if (!supports_weight_type(host.type))
       return Status::errorf("cuda backend: weight type {} is not supported (f32, f16, bf16, q8_0, mxfp4)",
                             dtype_name(host.type));
@@ -258,7 +261,8 @@ class CudaBackend final : public Backend {
       dev_bytes = split_scale_offset(qs) + rows * (host.ne[0] / 32) * (host.type == DType::Q8_0 ? 2 : 1);
     }
     // moe_tiles: the tile copy after the split layout, in the same allocation.
-    const int64_t tile_bytes = moe_tiles_ ? cuda_moe_tile_bytes(host.type, host.ne) : 0;
+    const int64_t tile_bytes =
+        !moe_tiles_ ? 0 : head ? cuda_head_tile_bytes(host.type, host.ne) : cuda_moe_tile_bytes(host.type, host.ne);
     const int64_t tiles_at = split_scale_offset(dev_bytes);
     if (tile_bytes) dev_bytes = tiles_at + tile_bytes;
     void* dst = nullptr;
@@ -272,7 +276,10 @@ class CudaBackend final : public Backend {
     if (split) launch_repack(host.type, land, static_cast<uint8_t*>(dst), host.ne[0], rows, st_);
     if (tile_bytes) {
       uint8_t* q = static_cast<uint8_t*>(dst);
-      launch_mx_tiles(q, q + split_scale_offset(rows * host.ne[0] / 2), q + tiles_at, host.ne[0], rows, st_);
+      if (head)
+        launch_q8_tiles(q, q + split_scale_offset(rows * host.ne[0]), q + tiles_at, host.ne[0], rows, st_);
+      else
+        launch_mx_tiles(q, q + split_scale_offset(rows * host.ne[0] / 2), q + tiles_at, host.ne[0], rows, st_);
       tiles_[dst] = q + tiles_at;
     }
     e = cudaStreamSynchronize(st_);
@@ -293,7 +300,9 @@ class CudaBackend final : public Backend {
   }
   void matmul(const MatmulArgs& a) override {
     if (updating_) return;
-    const MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
+    MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
+    if (!tiles_.empty())
+      if (const auto it = tiles_.find(a.w.data); it != tiles_.end()) p.w.tiles = it->second;
     if (q8x_ && use_dense_mma(p)) {
       const bool h16 = p.n_tok >= mma_h16_min_tok_;
       const std::span<const MatmulP> one(&p, 1);
@@ -712,6 +721,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
 int64_t cuda_moe_tile_bytes(DType type, const int64_t (&ne)[4]) {
   if (type != DType::MXFP4 || !mx_tiles_shape(ne[0], ne[1], ne[2])) return 0;
   return mx_tiles_bytes(ne[0], ne[1] * ne[2] * ne[3]);
+}
+int64_t cuda_head_tile_bytes(DType type, const int64_t (&ne)[4]) {
+  if (type != DType::Q8_0 || ne[2] * ne[3] != 1 || !q8_tiles_shape(ne[0], ne[1])) return 0;
+  return q8_tiles_bytes(ne[0], ne[1]);
 }
 
 int64_t cuda_device_memory(int device) {

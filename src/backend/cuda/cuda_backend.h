@@ -60,13 +60,16 @@ struct CudaBackendOptions {
   // cost of the experts' memory twice (~10 GB more for gpt-oss-20b). Single-stream decode
   // and the tensor-core prefill still read the GGUF layout. BRASS_CUDA_MOE_TILES=1 / 0
   // overrides. (The CLI turns it on where the weights and the copy take at most half the
-  // card: cli::moe_tiles_fit.)
+  // card: cli::moe_tiles_fit.) A Q8_0 output head gets a tile copy too (kQ8TileBytes,
+  // +651 MB for gpt-oss), read by its 8..64-token calls (batched decode): BENCHMARKS.md,
+  // session 31.
   bool moe_tiles = false;
 };
 
 // Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
-// order), 0 for weights that get none.
+// order), 0 for weights that get none; cuda_head_tile_bytes: for the output head.
 int64_t cuda_moe_tile_bytes(DType type, const int64_t (&ne)[4]);
+int64_t cuda_head_tile_bytes(DType type, const int64_t (&ne)[4]);
 // The device's memory in bytes (0 when there is no such device).
 int64_t cuda_device_memory(int device);
 

@@ -104,7 +104,8 @@ struct DevW {
   int type = kF32;
   bool vec = false;            // 16-byte loads possible (alignment and n_in)
   // MXFP4 expert tensors of 2880 x 2880 on a backend with moe_tiles: a second copy as MMA
-  // tiles (kMxTileBytes below), read by the grouped MoE's lean loop.
+  // tiles (kMxTileBytes below), read by the grouped MoE's lean loop; a Q8_0 output head
+  // there: its tile copy (kQ8TileBytes), read by the few-token f16 MMA head calls.
   const uint8_t* tiles = nullptr;
 };
 
@@ -120,6 +121,18 @@ constexpr int64_t kMxTileBytes = 1024 + 64;
 // The shapes that get a tile copy: gpt-oss's experts (the lean loop's compile-time rows).
 inline bool mx_tiles_shape(int64_t n_in, int64_t ne1, int64_t n_mat) { return n_in == 2880 && ne1 == 2880 && n_mat > 1; }
 inline int64_t mx_tiles_bytes(int64_t n_in, int64_t rows) { return rows / 32 * (n_in / 64) * kMxTileBytes; }
+
+// The MMA tile copy of a Q8_0 output head (split layout; rows % 32 == 0, n_in % 64 == 0):
+// tile (row block rb of 32 rows, chunk c of 64 columns) at (rb * n_in / 64 + c) *
+// kQ8TileBytes holds lane l's (g = l / 4, t = l % 4) matmul_h16_wide_kernel operands: bytes
+// 16 t .. 16 t + 15 of the chunk of row g + 8 i at 512 i + 16 l (i < 4), then the f16
+// scales of rows g + 8 i, block 2 c + h at 2,048 + 8 (2 g + h) + 2 i (h = t / 2: a lane's
+// four scales in one 8-byte load). A warp's chunk is 2,176 contiguous bytes instead of 64
+// bytes of each of 32 rows 2,880 bytes apart, which read the 615 MB head at ~2.1 TB/s
+// (H200; 4.4 as tiles, the same as a plain copy: bench/cuda_dense_pattern.cu).
+constexpr int64_t kQ8TileBytes = 2048 + 128;
+inline bool q8_tiles_shape(int64_t n_in, int64_t rows) { return n_in % 64 == 0 && rows % 32 == 0 && rows > 0; }
+inline int64_t q8_tiles_bytes(int64_t n_in, int64_t rows) { return rows / 32 * (n_in / 64) * kQ8TileBytes; }
 
 struct SeqP {  // backend::AttnSeq
   int64_t tok0 = 0;
@@ -252,6 +265,8 @@ void launch_argmax(const ArgmaxP& a, void* partial, unsigned* counter, cudaStrea
 void launch_repack(DType type, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
 // The tile copy (see DevW::tiles) of a split-layout MXFP4 matrix q / s into dst.
 void launch_mx_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
+// The same for a split-layout Q8_0 matrix (kQ8TileBytes; cuda_matmul_mma.cu).
+void launch_q8_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st);
 
 // ---- cuda_head.cu ----
 // One row of the output head, y = x W^T (+ bias), and with out set the greedy pick of y

@@ -349,7 +349,9 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
 // the elements over the ksplit blocks' memories in split order (deterministic) and writes
 // y. (A ticket per tile with the last block summing the partials from L2 waited on ksplit
 // dependent L2 round trips: the kernel was slower than matmul_h16_kernel.)
-template <int NT>
+// TL: the weights from matrix 0's tile copy (DevW::tiles, kQ8TileBytes; one matrix, no K
+// split, n % 64 == 0): a warp's chunk is one contiguous 2,176-byte tile.
+template <int NT, bool TL = false>
 __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(Parts ps,
                                                                                 const __half* __restrict__ xh,
                                                                                 int n_tok) {
@@ -371,8 +373,26 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
   // c1, or the missing half of a last 32-column chunk). Whole chunks (a warp-uniform branch)
   // load with no condition on a lane: nothing may read the registers (as a select after a
   // load would) before the chunk computes.
+  const uint8_t* tq = TL ? m.w.tiles + (m.r0 / kRows) * nch * kQ8TileBytes + 16 * lane : nullptr;
   auto load_w = [&](int c, WideW& b) {
-    if (live && c < c1 && 2 * c + 2 <= nb) {
+    if constexpr (TL) {
+      if (live && c < c1) {
+        const uint8_t* tl = tq + c * kQ8TileBytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b.q[i] = __ldg(reinterpret_cast<const uint4*>(tl + 512 * i));
+        const uint2 d = __ldg(reinterpret_cast<const uint2*>(tl - 16 * lane + 2048 + 8 * (2 * g + (t >> 1))));
+        b.d[0] = __ushort_as_half(static_cast<unsigned short>(d.x));
+        b.d[1] = __ushort_as_half(static_cast<unsigned short>(d.x >> 16));
+        b.d[2] = __ushort_as_half(static_cast<unsigned short>(d.y));
+        b.d[3] = __ushort_as_half(static_cast<unsigned short>(d.y >> 16));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          b.q[i] = make_uint4(0, 0, 0, 0);
+          b.d[i] = __ushort_as_half(0);
+        }
+      }
+    } else if (live && c < c1 && 2 * c + 2 <= nb) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         b.q[i] = __ldg(reinterpret_cast<const uint4*>(q + (8 * i * n + kWideChunk * c)));
@@ -602,11 +622,16 @@ void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh
 
 // Grid y: ceil(tiles / 8) <= 8,192 (matmul_mma_supported: <= 65,535 tiles), within 65,535.
 // A K split launches as clusters of its ksplit blocks (grid z).
+// A call of one matrix with a tile copy and no K split (the output head) reads the tiles.
+// H200, 8 / 32 / 64 streams: BENCHMARKS.md, session 31. BRASS_CUDA_MMA_TILES=0: the split
+// layout (measurement knob).
 template <int NT>
 void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps),
                   static_cast<unsigned>(pl.ksplit));
-  launch_pdl_cluster(matmul_h16_wide_kernel<NT>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
+  static const bool tiles_on = knob_on("BRASS_CUDA_MMA_TILES");
+  const bool tl = tiles_on && ps.w[0].tiles && pl.ksplit == 1 && ps.end[0] == ps.end[2] && ps.w[0].n_in % 64 == 0;
+  launch_pdl_cluster(tl ? matmul_h16_wide_kernel<NT, true> : matmul_h16_wide_kernel<NT, false>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
                      static_cast<int>(n_tok));
   BRASS_CUDA_LAUNCHED();
 }
@@ -645,7 +670,31 @@ void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh, 
 
 int64_t al256(int64_t v) { return (v + 255) / 256 * 256; }
 
+// One warp a tile (kQ8TileBytes): lane l copies its 16 bytes of rows g + 8 i; lanes 0..15
+// (g' = l / 2, h = l % 2) the four scales of rows g' + 8 i, block 2 c + h.
+__global__ void q8_tiles_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, uint8_t* dst,
+                                int64_t n_in, int64_t chunks) {
+  const int64_t tile = blockIdx.x, rb = tile / chunks, c = tile % chunks;
+  const int l = threadIdx.x, g = l / 4, t = l % 4;
+  uint8_t* out = dst + tile * kQ8TileBytes;
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<uint4*>(out + 512 * i + 16 * l) =
+        *reinterpret_cast<const uint4*>(q + (rb * 32 + g + 8 * i) * n_in + 64 * c + 16 * t);
+  if (l < 16) {
+    const int gg = l / 2, h = l % 2;
+    for (int i = 0; i < 4; ++i)
+      reinterpret_cast<uint16_t*>(out + 2048 + 8 * (2 * gg + h))[i] =
+          reinterpret_cast<const uint16_t*>(s)[(rb * 32 + gg + 8 * i) * (n_in / 32) + 2 * c + h];
+  }
+}
+
 }  // namespace
+
+void launch_q8_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n_in, int64_t rows, cudaStream_t st) {
+  const int64_t chunks = n_in / 64, tiles = rows / 32 * chunks;
+  q8_tiles_kernel<<<static_cast<unsigned>(tiles), kWarp, 0, st>>>(q, s, dst, n_in, chunks);
+  BRASS_CUDA_LAUNCHED();
+}
 
 void launch_quantize_rows_mma(int type, const float* x, int64_t n_rows, int64_t n, int8_t* xq, float* xd,
                               cudaStream_t st) {
