@@ -157,7 +157,9 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
 // The output head's tile copy (moe_tiles: prepare_output_head adds kQ8TileBytes tiles that
 // the no-split 256-row calls read): the same bits as the split layout on a backend without
 // tiles, and the twin's values. After the first call the prepared weight's split-layout
-// codes are overwritten with noise: a call that still matches read the tiles. Shapes: K of
+// codes are overwritten with noise: a call that still matches read the tiles. On compute
+// capability 9.0 the calls of 33..64 tokens take the wgmma kernel (cuda_matmul_wg.cu),
+// whose sums come out in the same bits as the mma.sync kernel's. Shapes: K of
 // 1 chunk, 3, 7 and 45 (gpt-oss's 2880), 8..64 tokens (one pass of 8 / 32, two of 32 with a
 // tail), rows not a multiple of 256 (the last block's idle warps).
 TEST(CudaTensorCores, HeadTilesMatchSplitLayout) {

@@ -11,8 +11,6 @@
 #include <cstdlib>
 #include <span>
 
-#include <cooperative_groups.h>
-
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_probe.cuh"
 
@@ -51,33 +49,20 @@ void probe_dump_wide(const char* path) {
   } while (0)
 #endif
 
+}  // namespace brass::backend::cuda
+
+#include "backend/cuda/cuda_wide.cuh"
+
+namespace brass::backend::cuda {
 namespace {
 
 using namespace mma;
+using namespace wide;
 
 // Warps per block (splitting K): 8 at <= 32 tokens per pass, 4 at 64 (the partial sums'
 // shared memory and registers).
 template <int NT>
 constexpr int ks_dense() { return NT >= 8 ? 4 : 8; }
-
-// Up to three matrices of one input side by side in the grid's x (q / k / v of attention:
-// one launch and one activation conversion instead of three). Matrix j owns row tiles
-// [end[j - 1], end[j]); every matrix has the input's n_in and the call's type.
-struct Parts {
-  DevW w[3];
-  const float* bias[3];
-  float* y[3];
-  int end[3];
-  // The matrix of row tile x and the tile's first row in it (selects instead of a dynamic
-  // index into the parameter arrays).
-  struct One { DevW w; const float* bias; float* y; int64_t r0; };
-  __device__ __forceinline__ One at(int x) const {
-    const int j = x < end[0] ? 0 : x < end[1] ? 1 : 2;
-    const int x0 = j == 0 ? 0 : j == 1 ? end[0] : end[1];
-    return {j == 0 ? w[0] : j == 1 ? w[1] : w[2], j == 0 ? bias[0] : j == 1 ? bias[1] : bias[2],
-            j == 0 ? y[0] : j == 1 ? y[1] : y[2], static_cast<int64_t>(x - x0) * kRows};
-  }
-};
 
 // grid (ceil(n_tok / (8 NT)), rows / 32, ksplit): block (x, y, z) computes rows [32 y,
 // 32 y + 32) for tokens [8 NT x, 8 NT (x + 1)) over the z-th of ksplit ranges of K steps.
@@ -129,19 +114,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four int8 (word w) times the f16 scale d -> f16 pairs (bytes 0, 1) and (bytes 2, 3):
-// 0x64XX is 1024 + XX in f16, so the biased byte q + 128 lands in the mantissa and
-// subtracting 1152 leaves q exactly; the product with d is rounded once, as f16(q * d).
-__device__ __forceinline__ void q8_half2(uint32_t w, __half2 d, uint32_t& lo, uint32_t& hi) {
-  const uint32_t u = w ^ 0x80808080u;
-  const __half2 k1152 = __half2half2(__ushort_as_half(0x6480));  // 1152.0
-  uint32_t l = prmt(u, 0x64646464u, 0x5140u), h = prmt(u, 0x64646464u, 0x5342u);
-  const __half2 lv = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&l), k1152), d);
-  const __half2 hv = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&h), k1152), d);
-  lo = *reinterpret_cast<const uint32_t*>(&lv);
-  hi = *reinterpret_cast<const uint32_t*>(&hv);
 }
 
 template <int NT>
@@ -229,17 +201,6 @@ __global__ void __launch_bounds__(ks_h16<NT>() * kWarp) matmul_h16_kernel(Parts 
 // Tokens >= n_tok: their stage rows are stored as zeros (never stored to y). Warps whose
 // 32 rows are past the last tile (rows need not be a multiple of 256) copy and take every
 // barrier but load and compute nothing.
-constexpr int kWideWarps = 8;
-constexpr int kWideChunk = 64;               // K columns per chunk (two Q8_0 blocks)
-constexpr int kWideRow = kWideChunk + 8;     // halves per stage row (padded)
-constexpr int kWideStages = 3;
-
-// A lane's weights of one chunk: rows g + 8 i, bytes 16 t .. 16 t + 15 and their block's scale.
-struct WideW {
-  uint4 q[4];
-  __half d[4];
-};
-
 // One chunk of a lane's tile: weights b (rows g + 8 i), activations of the chunk's stage
 // from xr (token g of tile j at + 8 j rows of kWideRow), both k32 steps.
 template <int NT>
@@ -265,76 +226,6 @@ __device__ __forceinline__ void wide_chunk(const WideW& b, const __half* xr, flo
       }
     }
   }
-}
-
-// The end of a wide block: without a K split warp w writes its tile (+ bias); with one,
-// the ksplit blocks of the cluster (1, 1, ksplit) leave their partial sums in red (warp,
-// acc, lane) and, after a cluster barrier, block z adds its share of the elements over the
-// blocks' memories in split order (deterministic) and writes y + bias (bias_mine: the
-// bias of the thread's tile row `lane`, parked in bsh).
-template <int NT>
-__device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float (*red)[2 * NT * 4][kWarp],
-                                            float (*bsh)[kWarp], float bias_mine, const Parts& ps, int tile,
-                                            int base, int n_tok) {
-  constexpr int NA = 2 * NT * 4;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int ksplit = static_cast<int>(gridDim.z), z = static_cast<int>(blockIdx.z);
-  if (ksplit == 1) {
-    if (tile < ps.end[2]) {
-      const Parts::One o = ps.at(tile);  // again from the parameters: not held across the loop
-      write_tile<NT>(acc, o.y, o.w.rows, o.bias, o.r0, base, n_tok);
-    }
-    return;
-  }
-  const float* a = &acc[0][0][0];
-#pragma unroll
-  for (int i = 0; i < NA; ++i) red[warp][i][lane] = a[i];
-  bsh[warp][lane] = bias_mine;
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's partials (and biases) are in its shared memory
-  WIDE_MARK(4);
-  // Element e = (w, i, l) of the block's kWideWarps x NA x 32: block z sums [e0, e1), a
-  // thread kGroup elements at a time: every peer load of a group is issued before its
-  // stores (a store to y may alias a generic load, so nothing moves across one). Only the
-  // elements that are stored are loaded (see the barrier below).
-  constexpr int kElems = kWideWarps * NA * kWarp, kGroup = 4, kThreads = kWideWarps * kWarp;
-  const int e0 = z * kElems / ksplit, e1 = (z + 1) * kElems / ksplit;
-  for (int eg = e0 + static_cast<int>(threadIdx.x); eg < e1; eg += kGroup * kThreads) {
-    float sum[kGroup];
-    float* dst[kGroup];  // the element in y, null: not stored
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u) {
-      const int e = eg + u * kThreads;
-      const int w = e / (NA * kWarp), i = e / kWarp % NA, l = e % kWarp;
-      const int wt = static_cast<int>(blockIdx.y) * kWideWarps + w;
-      const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
-      const int tc = base + 8 * j + 2 * (l & 3) + (c & 1);
-      const int rr = c_row(l >> 2, mt, c);
-      sum[u] = 0.f;  // added in split order
-      dst[u] = nullptr;
-      if (e < e1 && wt < ps.end[2] && tc < n_tok) {
-        const Parts::One o = ps.at(wt);
-        dst[u] = o.y + static_cast<int64_t>(tc) * o.w.rows + o.r0 + rr;
-#pragma unroll
-        for (int r = 0; r < 8; ++r)
-          if (r < ksplit) sum[u] += cluster.map_shared_rank(&red[0][0][0], r)[e];
-        sum[u] += bsh[w][rr];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kGroup; ++u)
-      if (dst[u]) *dst[u] = sum[u];
-  }
-  // No block leaves while another may read its shared memory. Relaxed: every value loaded
-  // from a peer feeds a store to y above, which issues only once the load has returned,
-  // and the arrive issues after the stores; y needs no ordering here (the next kernel waits
-  // for this grid's completion). cluster.sync() would fence first (MEMBAR.ALL.GPU: waiting
-  // for the y stores to drain) and invalidate L1 after: +0.4% at 64 streams, +0.5% at 32
-  // on the H200.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-  WIDE_MARK(5);
 }
 
 // grid (ceil(n_tok / (8 NT)), ceil(row tiles / 8), ksplit): block (x, y, z) computes row
@@ -508,6 +399,12 @@ int wide_blocks_per_sm() {
   return v;
 }
 
+// BRASS_CUDA_MMA_TILES=0: the head's calls read the split layout though it has a tile copy.
+bool mma_tiles_on() {
+  static const bool v = knob_on("BRASS_CUDA_MMA_TILES");
+  return v;
+}
+
 // K split: enough blocks for ~blocks_per_sm() per SM, each warp still >= 2 K steps.
 int pick_ksplit(int64_t tiles, int steps, int ks) {
   if (tiles > kMaxTickets) return 1;
@@ -515,34 +412,10 @@ int pick_ksplit(int64_t tiles, int steps, int ks) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max(1, std::min(16, steps / (2 * ks)))));
 }
 
-// The largest K split <= ks whose clusters of `ks` blocks are all resident at once for
-// `clusters` of them (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40
-// clusters of 7 blocks took two waves on the H200 where 40 of 6 take one).
 template <int NT>
 int fit_ksplit(int64_t clusters, int ks) {
   static int active[9] = {};  // per cluster size, queried once (the same on every call)
-  for (; ks > 1; --ks) {
-    if (active[ks] == 0) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1, 1, ks);
-      cfg.blockDim = dim3(kWideWarps * kWarp);
-      cudaLaunchAttribute at;
-      at.id = cudaLaunchAttributeClusterDimension;
-      at.val.clusterDim.x = 1;
-      at.val.clusterDim.y = 1;
-      at.val.clusterDim.z = ks;
-      cfg.attrs = &at;
-      cfg.numAttrs = 1;
-      int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, matmul_h16_wide_kernel<NT>, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        n = 1;  // unknown: take the smaller split
-      }
-      active[ks] = std::max(n, 1);
-    }
-    if (clusters <= active[ks]) break;
-  }
-  return ks;
+  return fit_cluster_split(matmul_h16_wide_kernel<NT>, 0, clusters, ks, active);
 }
 int fit_ksplit(int nt, int64_t clusters, int ks) {
   return nt == 1 ? fit_ksplit<1>(clusters, ks) : nt == 2 ? fit_ksplit<2>(clusters, ks) : fit_ksplit<4>(clusters, ks);
@@ -551,7 +424,7 @@ int fit_ksplit(int nt, int64_t clusters, int ks) {
 // One call's launch shape: f16 or int8 kernel (f16: 32 or 256 rows a block), token tiles
 // per pass, grid (gx: 32-row tiles, gy: token passes), K split.
 struct Plan {
-  bool h16, wide;
+  bool h16, wide, wg;  // wg: the output head's 33..64 tokens in one pass on wgmma (cuda_matmul_wg.cu)
   int nt, ksplit;
   int64_t gx, gy;
   int64_t part_floats() const { return ksplit > 1 && !wide ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
@@ -576,6 +449,15 @@ Plan plan(std::span<const MatmulP> ms, bool h16) {
   // are all resident at once (fit_ksplit), each block >= 2 chunks.
   const int64_t sms = sm_count();
   const bool many = p.gx * p.gy >= 16 * sms;
+  // The head with its tile copy at 33..64 tokens: one pass on wgmma (cuda_matmul_wg.cu).
+  p.wg = p.h16 && ms.size() == 1 && a.w.tiles && mma_tiles_on() && p.gx >= 16 * sms && wg_usable(a.n_tok, a.w.n_in);
+  if (p.wg) {
+    p.nt = 8;
+    p.gy = 1;
+    p.wide = true;
+    p.ksplit = 1;
+    return p;
+  }
   p.wide = p.h16 && p.nt <= 4 && wide_enabled() && (many || wide_split_enabled());
   if (p.wide) {
     const int64_t blocks = (p.gx + kWideWarps - 1) / kWideWarps * p.gy, want = wide_blocks_per_sm() * sms;
@@ -629,8 +511,7 @@ template <int NT>
 void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps),
                   static_cast<unsigned>(pl.ksplit));
-  static const bool tiles_on = knob_on("BRASS_CUDA_MMA_TILES");
-  const bool tl = tiles_on && ps.w[0].tiles && pl.ksplit == 1 && ps.end[0] == ps.end[2] && ps.w[0].n_in % 64 == 0;
+  const bool tl = mma_tiles_on() && ps.w[0].tiles && pl.ksplit == 1 && ps.end[0] == ps.end[2] && ps.w[0].n_in % 64 == 0;
   launch_pdl_cluster(tl ? matmul_h16_wide_kernel<NT, true> : matmul_h16_wide_kernel<NT, false>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
                      static_cast<int>(n_tok));
   BRASS_CUDA_LAUNCHED();
@@ -651,6 +532,10 @@ void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq,
 
 void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh, float* part, unsigned* tickets,
                  cudaStream_t st) {
+  if (pl.wg) {
+    launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh, st);
+    return;
+  }
   launch_to_half(a.x, nullptr, 1, xh, false, a.n_tok, a.w.n_in, st);
   if (pl.wide) {
     switch (pl.nt) {
