@@ -114,16 +114,24 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
 // two passes (64 tokens), token tails (17, 5, 12).
 // Then wo's shape at 64 tokens, one 256-row block at 47, two chunks at 61 and the head's
 // form at 36 (a pass of 32 and one of 4).
+// A backend whose matmuls of 2..64 tokens take the f16 MMA kernels (tiles: moe_tiles on).
+std::unique_ptr<Backend> f16_mma_backend(bool tiles) {
+  CudaBackendOptions o;
+  o.tensor_cores = false;
+  o.mma_h16_min_tok = 2;
+  o.moe_tiles = tiles;
+  auto r = make_cuda_backend(o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
 TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
   SEED_TRACE(rng);
-  CudaBackendOptions o;
-  o.tensor_cores = false;
-  o.mma_h16_min_tok = 2;
-  auto made = make_cuda_backend(o);
-  ASSERT_TRUE(made.is_ok()) << made.status().message();
-  Backend& gpu = *made.value();
+  auto made = f16_mma_backend(false);
+  ASSERT_TRUE(made);
+  Backend& gpu = *made;
   struct Case { int64_t n_in, n_out, n_tok; };
   for (const Case& c : {Case{2880, 4096, 64}, Case{4096, 2880, 33}, Case{2880, 512, 16}, Case{96, 64, 9},
                         Case{2880, 2048, 40}, Case{64, 32, 2}, Case{4096, 2880, 5}, Case{2880, 160, 64},
@@ -166,14 +174,9 @@ TEST(CudaTensorCores, HeadTilesMatchSplitLayout) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
   SEED_TRACE(rng);
-  CudaBackendOptions o;
-  o.tensor_cores = false;
-  o.mma_h16_min_tok = 2;
-  auto plain_made = make_cuda_backend(o);
-  o.moe_tiles = true;
-  auto tiled_made = make_cuda_backend(o);
-  ASSERT_TRUE(plain_made.is_ok() && tiled_made.is_ok());
-  Backend &plain = *plain_made.value(), &tiled = *tiled_made.value();
+  auto plain_made = f16_mma_backend(false), tiled_made = f16_mma_backend(true);
+  ASSERT_TRUE(plain_made && tiled_made);
+  Backend &plain = *plain_made, &tiled = *tiled_made;
   struct Case { int64_t n_in, n_out, n_tok; bool twin; };
   for (const Case& c : {Case{64, 70400, 64, true}, Case{448, 69632, 17, true}, Case{192, 72224, 36, true},
                         Case{2880, 68608, 40, false}, Case{2880, 67616, 8, false}}) {
