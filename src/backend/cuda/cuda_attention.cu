@@ -17,8 +17,6 @@
 // of a shared paged pool (full-attention layers), a ring slot, or a linear slot.
 #include <algorithm>
 #include <cfloat>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -1460,10 +1458,7 @@ static int32_t multi_dec_min_keys() {
 // ~58 us per layer on the H200, more than q/k/v and wo together.
 // (BRASS_CUDA_ATTN_BLOCKS_PER_SM overrides the 8: measurement knob.)
 static int multi_split_cap(int64_t n_seq, int64_t n_head_kv) {
-  static const int per_sm = [] {
-    const char* v = std::getenv("BRASS_CUDA_ATTN_BLOCKS_PER_SM");
-    return v && std::atoi(v) > 0 ? std::atoi(v) : 8;
-  }();
+  static const int per_sm = env_int("BRASS_CUDA_ATTN_BLOCKS_PER_SM", 8);
   const int64_t pairs = std::max<int64_t>(1, n_seq * n_head_kv);
   return static_cast<int>(std::clamp<int64_t>((per_sm * sm_count() + pairs - 1) / pairs, 1, 64));
 }

@@ -643,10 +643,7 @@ class CudaBackend final : public Backend {
   int64_t mma_dense_max_tok_;  // dense matmuls of 2..this many tokens on the int8 MMA kernel
   int64_t mma_h16_min_tok_;    // from this many tokens Q8_0 weights take its f16 variant
   // Measurement knob (BRASS_CUDA_MMA_DENSE_MIN=1): single-token matmuls on it too.
-  int64_t mma_dense_min_tok_ = [] {
-    const char* v = std::getenv("BRASS_CUDA_MMA_DENSE_MIN");
-    return v && std::atoll(v) > 0 ? std::atoll(v) : int64_t{2};
-  }();
+  int64_t mma_dense_min_tok_ = env_int("BRASS_CUDA_MMA_DENSE_MIN", 2);
   std::string name_;
   cudaStream_t st_ = nullptr;
   std::vector<void*> weights_, pinned_;
@@ -694,18 +691,17 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   cudaGetDeviceCount(&n);
   if (o.device < 0 || o.device >= n)
     return Status::errorf("cuda backend: device {} does not exist ({} found)", o.device, n);
-  const char* exact = std::getenv("BRASS_CUDA_EXACT");
-  const bool q8x = o.int8_activations && !(exact && std::string(exact) == "1");
+  const bool q8x = o.int8_activations && env_int("BRASS_CUDA_EXACT") != 1;
   const bool tc_on = q8x && o.tensor_cores && knob_on("BRASS_CUDA_TC");
   TcOptions tc{.enabled = true, .min_tok_dense = o.tc_min_tok_dense, .min_slots_per_expert = o.tc_min_slots_per_expert};
   // Measurement knob: the MoE's tensor-core threshold in slots per expert.
-  if (const char* m = std::getenv("BRASS_CUDA_TC_MOE_MIN"); m && std::atoll(m) > 0) tc.min_slots_per_expert = std::atoll(m);
+  if (const int m = env_int("BRASS_CUDA_TC_MOE_MIN"); m > 0) tc.min_slots_per_expert = m;
   int64_t mma_min = o.mma_moe_min_tok;
-  if (const char* m = std::getenv("BRASS_CUDA_MMA_MOE_MIN"); m && std::atoll(m) > 0) mma_min = std::atoll(m);
-  int64_t dense_max = o.mma_dense_max_tok;
-  if (const char* m = std::getenv("BRASS_CUDA_MMA_DENSE_MAX"); m) dense_max = std::atoll(m);
+  if (const int m = env_int("BRASS_CUDA_MMA_MOE_MIN"); m > 0) mma_min = m;
+  // (0: no dense matmul on the int8 MMA kernel)
+  const int64_t dense_max = env_count("BRASS_CUDA_MMA_DENSE_MAX", static_cast<int>(o.mma_dense_max_tok));
   int64_t h16_min = o.mma_h16_min_tok;
-  if (const char* m = std::getenv("BRASS_CUDA_MMA_H16_MIN"); m && std::atoll(m) > 0) h16_min = std::atoll(m);
+  if (const int m = env_int("BRASS_CUDA_MMA_H16_MIN"); m > 0) h16_min = m;
   bool tiles = o.moe_tiles;
   if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
   return std::unique_ptr<Backend>(

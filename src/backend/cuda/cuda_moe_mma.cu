@@ -13,7 +13,6 @@
 //
 // Kernel building blocks and the fragment mapping: cuda_mma.cuh.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/oai_swiglu.h"
@@ -286,14 +285,8 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // blocks per SM for the one-tile kernels (gate/up and down apart too) were no faster at
   // 32 / 64 streams (bench/cuda_decode_notes.md, session 7). Measurement knobs:
   // BRASS_CUDA_MOE_MINB=1 (uncapped), BRASS_CUDA_MOE_NT=1|2|4 (token tiles per pass).
-  static const bool capped = [] {
-    const char* v = std::getenv("BRASS_CUDA_MOE_MINB");
-    return !(v && std::atoi(v) == 1);
-  }();
-  static const int force_nt = [] {
-    const char* v = std::getenv("BRASS_CUDA_MOE_NT");
-    return v ? std::atoi(v) : 0;
-  }();
+  static const bool capped = env_int("BRASS_CUDA_MOE_MINB") != 1;
+  static const int force_nt = env_int("BRASS_CUDA_MOE_NT", 0);
   const int e = static_cast<int>(n_expert);
   // (One tile up to 10 tokens per expert: at 64 streams, ~8 per expert, NT 1 / 2 gave
   // 6,166 / 6,019 tok/s on the H200 once the MXFP4 decode went to two parts: the second
