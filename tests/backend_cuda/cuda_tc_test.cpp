@@ -69,6 +69,32 @@ WeightView on_gpu(Backend& gpu, const WeightView& w) {
   return r.is_ok() ? r.value() : WeightView{};
 }
 
+// y = x W^T + bias (n_tok, n_out) from w's rounded values and x rounded as the GPU path
+// rounds it (bf16 or f16), summed in double.
+std::vector<float> dense_twin(const W& w, const std::vector<float>& x, const std::vector<float>& bias, int64_t n_tok,
+                              bool bf16) {
+  const int64_t n_in = w.view.ne[0], n_out = w.view.ne[1];
+  std::vector<float> y(n_out * n_tok);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t r = 0; r < n_out; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < n_in; ++i) s += double(w.deq[r * n_in + i]) * round16(x[t * n_in + i], bf16);
+      y[t * n_out + r] = static_cast<float>(s) + bias[r];
+    }
+  return y;
+}
+
+// A backend whose matmuls of 2..64 tokens take the f16 MMA kernels (tiles: moe_tiles on).
+std::unique_ptr<Backend> f16_mma_backend(bool tiles) {
+  CudaBackendOptions o;
+  o.tensor_cores = false;
+  o.mma_h16_min_tok = 2;
+  o.moe_tiles = tiles;
+  auto r = make_cuda_backend(o);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
 TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -84,14 +110,7 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
     W w(rng, c.t, c.n_in, c.n_out, 1, 1.0f);
     const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
     const auto bias = rng.vec(c.n_out);
-    std::vector<float> want(c.n_out * c.n_tok);
-    for (int64_t t = 0; t < c.n_tok; ++t)
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        double s = 0;
-        for (int64_t i = 0; i < c.n_in; ++i)
-          s += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], bf16_for(c.t));
-        want[t * c.n_out + r] = static_cast<float>(s) + bias[r];
-      }
+    const std::vector<float> want = dense_twin(w, x, bias, c.n_tok, bf16_for(c.t));
     Dev dx = Dev::from(*gpu, x), db = Dev::from(*gpu, bias), dy = Dev::poisoned<float>(*gpu, want.size());
     gpu->matmul({.w = on_gpu(*gpu, w.view), .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(),
                  .n_tok = c.n_tok});
@@ -114,17 +133,6 @@ TEST(CudaTensorCores, DenseMatmulMatchesRoundedTwin) {
 // two passes (64 tokens), token tails (17, 5, 12).
 // Then wo's shape at 64 tokens, one 256-row block at 47, two chunks at 61 and the head's
 // form at 36 (a pass of 32 and one of 4).
-// A backend whose matmuls of 2..64 tokens take the f16 MMA kernels (tiles: moe_tiles on).
-std::unique_ptr<Backend> f16_mma_backend(bool tiles) {
-  CudaBackendOptions o;
-  o.tensor_cores = false;
-  o.mma_h16_min_tok = 2;
-  o.moe_tiles = tiles;
-  auto r = make_cuda_backend(o);
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return r.is_ok() ? std::move(r).value() : nullptr;
-}
-
 TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
@@ -142,13 +150,7 @@ TEST(CudaTensorCores, F16MmaMatmulMatchesRoundedTwin) {
     W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
     const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
     const auto bias = rng.vec(c.n_out);
-    std::vector<float> want(c.n_out * c.n_tok);
-    for (int64_t t = 0; t < c.n_tok; ++t)
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        double s = 0;
-        for (int64_t i = 0; i < c.n_in; ++i) s += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], false);
-        want[t * c.n_out + r] = static_cast<float>(s) + bias[r];
-      }
+    const std::vector<float> want = dense_twin(w, x, bias, c.n_tok, false);
     Dev dx = Dev::from(gpu, x), db = Dev::from(gpu, bias);
     const WeightView wg = on_gpu(gpu, w.view);
     std::vector<float> got[2];
@@ -202,15 +204,7 @@ TEST(CudaTensorCores, HeadTilesMatchSplitLayout) {
     }();
     tiled.upload(const_cast<void*>(th.value().data), noise.data(), noise.size());  // the split codes
     EXPECT_EQ(run(tiled, th.value()), want) << "the call did not read the tiles";
-    if (!c.twin) continue;
-    std::vector<float> twin(c.n_out * c.n_tok);
-    for (int64_t t = 0; t < c.n_tok; ++t)
-      for (int64_t r = 0; r < c.n_out; ++r) {
-        double acc = 0;
-        for (int64_t i = 0; i < c.n_in; ++i) acc += double(w.deq[r * c.n_in + i]) * round16(x[t * c.n_in + i], false);
-        twin[t * c.n_out + r] = static_cast<float>(acc) + bias[r];
-      }
-    expect_close(got, twin, 2e-6, 2e-5, "tiled f16 mma head");
+    if (c.twin) expect_close(got, dense_twin(w, x, bias, c.n_tok, false), 2e-6, 2e-5, "tiled f16 mma head");
   }
 }
 

@@ -412,10 +412,34 @@ int pick_ksplit(int64_t tiles, int steps, int ks) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max(1, std::min(16, steps / (2 * ks)))));
 }
 
+// The largest K split <= ks whose clusters of `ks` blocks are all resident at once for
+// `clusters` of them (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40
+// clusters of 7 blocks took two waves on the H200 where 40 of 6 take one).
 template <int NT>
 int fit_ksplit(int64_t clusters, int ks) {
   static int active[9] = {};  // per cluster size, queried once (the same on every call)
-  return fit_cluster_split(matmul_h16_wide_kernel<NT>, 0, clusters, ks, active);
+  for (; ks > 1; --ks) {
+    if (active[ks] == 0) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1, 1, ks);
+      cfg.blockDim = dim3(kWideWarps * kWarp);
+      cudaLaunchAttribute at;
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim.x = 1;
+      at.val.clusterDim.y = 1;
+      at.val.clusterDim.z = ks;
+      cfg.attrs = &at;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, matmul_h16_wide_kernel<NT>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 1;  // unknown: take the smaller split
+      }
+      active[ks] = std::max(n, 1);
+    }
+    if (clusters <= active[ks]) break;
+  }
+  return ks;
 }
 int fit_ksplit(int nt, int64_t clusters, int ks) {
   return nt == 1 ? fit_ksplit<1>(clusters, ks) : nt == 2 ? fit_ksplit<2>(clusters, ks) : fit_ksplit<4>(clusters, ks);
@@ -425,6 +449,7 @@ int fit_ksplit(int nt, int64_t clusters, int ks) {
 // per pass, grid (gx: 32-row tiles, gy: token passes), K split.
 struct Plan {
   bool h16, wide, wg;  // wg: the output head's 33..64 tokens in one pass on wgmma (cuda_matmul_wg.cu)
+  bool tiles;          // one matrix with a tile copy (the output head): its no-split calls read the tiles
   int nt, ksplit;
   int64_t gx, gy;
   int64_t part_floats() const { return ksplit > 1 && !wide ? ksplit * gx * gy * (2 * nt * 4) * kWarp : 0; }
@@ -449,8 +474,9 @@ Plan plan(std::span<const MatmulP> ms, bool h16) {
   // are all resident at once (fit_ksplit), each block >= 2 chunks.
   const int64_t sms = sm_count();
   const bool many = p.gx * p.gy >= 16 * sms;
+  p.tiles = ms.size() == 1 && a.w.tiles && mma_tiles_on() && a.w.n_in % 64 == 0;
   // The head with its tile copy at 33..64 tokens: one pass on wgmma (cuda_matmul_wg.cu).
-  p.wg = p.h16 && ms.size() == 1 && a.w.tiles && mma_tiles_on() && p.gx >= 16 * sms && wg_usable(a.n_tok, a.w.n_in);
+  p.wg = p.h16 && p.tiles && p.gx >= 16 * sms && wg_usable(a.n_tok, a.w.n_in);
   if (p.wg) {
     p.nt = 8;
     p.gy = 1;
@@ -511,9 +537,9 @@ template <int NT>
 void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
   const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps),
                   static_cast<unsigned>(pl.ksplit));
-  const bool tl = mma_tiles_on() && ps.w[0].tiles && pl.ksplit == 1 && ps.end[0] == ps.end[2] && ps.w[0].n_in % 64 == 0;
-  launch_pdl_cluster(tl ? matmul_h16_wide_kernel<NT, true> : matmul_h16_wide_kernel<NT, false>, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh,
-                     static_cast<int>(n_tok));
+  const bool tl = pl.tiles && pl.ksplit == 1;
+  launch_pdl_cluster(tl ? matmul_h16_wide_kernel<NT, true> : matmul_h16_wide_kernel<NT, false>, grid,
+                     dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh, static_cast<int>(n_tok));
   BRASS_CUDA_LAUNCHED();
 }
 

@@ -9,8 +9,6 @@
 
 #include <cooperative_groups.h>
 
-#include <algorithm>
-
 #include "backend/cuda/cuda_mma.cuh"
 
 #ifndef WIDE_MARK
@@ -134,38 +132,6 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
   WIDE_MARK(5);
-}
-
-// The largest K split <= ks whose clusters of `ks` blocks of `kernel` (kWideWarps warps,
-// smem bytes of dynamic shared memory) are all resident at once for `clusters` of them
-// (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 40 clusters of 7 blocks
-// took two waves on the H200 where 40 of 6 take one). active: the kernel's cache of the
-// resident clusters per size (queried once: the same on every call).
-template <class Kernel>
-int fit_cluster_split(Kernel kernel, size_t smem, int64_t clusters, int ks, int (&active)[9]) {
-  for (; ks > 1; --ks) {
-    if (active[ks] == 0) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(1, 1, ks);
-      cfg.blockDim = dim3(kWideWarps * kWarp);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute at;
-      at.id = cudaLaunchAttributeClusterDimension;
-      at.val.clusterDim.x = 1;
-      at.val.clusterDim.y = 1;
-      at.val.clusterDim.z = ks;
-      cfg.attrs = &at;
-      cfg.numAttrs = 1;
-      int n = 0;
-      if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        n = 1;  // unknown: take the smaller split
-      }
-      active[ks] = std::max(n, 1);
-    }
-    if (clusters <= active[ks]) break;
-  }
-  return ks;
 }
 
 // ---- cuda_matmul_wg.cu: the output head's 33..64 tokens in one pass on wgmma (sm_90a) ----
