@@ -40,6 +40,14 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The same with C = (c0, c0, c0, c0) and D = c.
+__device__ __forceinline__ void mma_s8_from(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1, int c0) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c0));
+}
+
 // MXFP4 codes as two unsigned int8 parts, w = P - N (doubled E2M1 magnitudes): the
 // positive codes' magnitudes (mx_pos_part, selectors = the code nibbles in v's low 16 bits;
 // a negative code's selector has bit 3 set and reads a sign byte of 0) and the negative
@@ -264,7 +272,14 @@ __device__ __forceinline__ void k_loop(const uint8_t* const (&wq)[NM], const uin
 // the H200 at 64 streams: +0.1% over one tile a pass (7,655 vs 7,649 tok/s); the loop's
 // rewrite for it (decode before the scales, the negated activations at a fixed offset
 // instead of their own pointer) gave x8 / x32 / x64 +1.0 / +1.5 / +1.6% by itself.
-template <int NM, int NT = 1>
+// ABL (bench/cuda_moe_arith.cu only; production uses 0): parts of the step left out to see
+// what the loop's time is made of (the sums are then wrong): 1 the MXFP4 decode (raw words
+// as A), 2 the per-block scaling (the int32 C bits added as floats), 4 the N-part MMA, 8
+// the int -> float conversion alone (C bits as floats, still scaled); 16: the signed-byte
+// decode (mx_signed) and one MMA a tile instead of the two parts (right sums); 32: the
+// int -> float by the MMA (C starts at 1.5 * 2^23's bits, one FADD after; right sums); 64:
+// the E8M0 -> float as one shift (as from scales stored as bf16 bits; wrong sums).
+template <int NM, int NT = 1, int ABL = 0>
 __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_t (&ex)[NM][4],
                                          const uint2 (&bv)[NT][2], const uint2 (&bn)[NT][2], const float2 (&own)[NT],
                                          bool two, float (&acc)[NM][2][NT][4]) {
@@ -286,21 +301,56 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
         const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
-        const MxPN d = mx_pn(lo, hi);  // decoded once for every tile
+        const MxPN d = (ABL & 1) ? MxPN{{lo, hi, lo, hi}, {hi, lo, hi, lo}} : mx_pn(lo, hi);  // decoded once for every tile
         float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t e = ex[m][2 * mt + h];
-          const uint32_t bits = (blk ? e << 15 : e << 23) & 0x7F800000u;
-          w[h] = __uint_as_float(max(bits, 0x00400000u));
+          if constexpr (ABL & 64) {
+            w[h] = __uint_as_float(blk ? e & 0xFFFF0000u : e << 16);
+          } else {
+            const uint32_t bits = (blk ? e << 15 : e << 23) & 0x7F800000u;
+            w[h] = __uint_as_float(max(bits, 0x00400000u));
+          }
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j > 0 && !two) break;
           int c[4] = {0, 0, 0, 0};
-          mma_s8(c, d.p[0], d.p[1], d.p[2], d.p[3], bv[j][blk].x, bv[j][blk].y);
-          mma_s8(c, d.n[0], d.n[1], d.n[2], d.n[3], bn[j][blk].x, bn[j][blk].y);
-          scale_acc(acc[m][mt][j], c, w[0], w[1], xs[j][blk]);
+          if constexpr (ABL & 32) {
+            constexpr int kMagic = 0x4B400000;  // 1.5 * 2^23: its bits + n are the float 1.5 * 2^23 + n
+            mma_s8_from(c, d.p[0], d.p[1], d.p[2], d.p[3], bv[j][blk].x, bv[j][blk].y, kMagic);
+            mma_s8(c, d.n[0], d.n[1], d.n[2], d.n[3], bn[j][blk].x, bn[j][blk].y);
+            float cf[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cf[i] = __int_as_float(c[i]) - 12582912.0f;
+            acc[m][mt][j][0] += cf[0] * (w[0] * xs[j][blk][0]);
+            acc[m][mt][j][1] += cf[1] * (w[0] * xs[j][blk][1]);
+            acc[m][mt][j][2] += cf[2] * (w[1] * xs[j][blk][0]);
+            acc[m][mt][j][3] += cf[3] * (w[1] * xs[j][blk][1]);
+            continue;
+          }
+          if constexpr (ABL & 16) {
+            mma_s8(c, mx_signed(lo), mx_signed(hi), mx_signed(lo >> 16), mx_signed(hi >> 16), bv[j][blk].x,
+                   bv[j][blk].y);
+          } else {
+            mma_s8(c, d.p[0], d.p[1], d.p[2], d.p[3], bv[j][blk].x, bv[j][blk].y);
+            if constexpr (!(ABL & 4)) mma_s8(c, d.n[0], d.n[1], d.n[2], d.n[3], bn[j][blk].x, bn[j][blk].y);
+          }
+          if constexpr (ABL & 8) {
+            float cf[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cf[i] = __int_as_float(c[i]);
+            acc[m][mt][j][0] += cf[0] * (w[0] * xs[j][blk][0]);
+            acc[m][mt][j][1] += cf[1] * (w[0] * xs[j][blk][1]);
+            acc[m][mt][j][2] += cf[2] * (w[1] * xs[j][blk][0]);
+            acc[m][mt][j][3] += cf[3] * (w[1] * xs[j][blk][1]);
+          } else if constexpr (ABL & 2) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[m][mt][j][i] += __int_as_float(c[i]);
+          } else {
+            scale_acc(acc[m][mt][j], c, w[0], w[1], xs[j][blk]);
+          }
         }
       }
 }
@@ -329,7 +379,7 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // TL: wq[m] is matrix m's tile copy (DevW::tiles: a step's operands in two 16-byte loads
 // and one 8-byte load a lane, 1,088 contiguous bytes a warp), wsc unused: x8 / x32 / x64
 // +10 / +11 / +9% on the H100.
-template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false>
+template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false, int ABL = 0>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], int64_t neg,
                                            const float* const (&xdrow)[NT], bool two, float (&acc)[NM][2][NT][4]) {
@@ -421,8 +471,8 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
       xp[j] += P * 64 * KS;
       xd[j] += P * 2 * KS;
     }
-    mx1_step<NM, NT>(s0.wv, s0.ex, s0.bv, s0.bn, s0.own, two, acc);
-    if (second) mx1_step<NM, NT>(s1.wv, s1.ex, s1.bv, s1.bn, s1.own, two, acc);
+    mx1_step<NM, NT, ABL>(s0.wv, s0.ex, s0.bv, s0.bn, s0.own, two, acc);
+    if (second) mx1_step<NM, NT, ABL>(s1.wv, s1.ex, s1.bv, s1.bn, s1.own, two, acc);
   }
 }
 
@@ -440,6 +490,26 @@ __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
 #pragma unroll
       for (int i = 0; i < NA; ++i) acc[i] += red[w * NA + i][lane];
   __syncthreads();
+}
+
+// The spread form of reduce_warps (the grouped MoE's epilogues, whose work is split over
+// the warps): every warp parks its NA partial sums in red[warp], then a barrier;
+// warp_sum(red, i) is then element i of the lane's tile, summed in warp order (the same
+// sum as reduce_warps). red is free again after another barrier.
+template <int NA, int KS = kKs>
+__device__ __forceinline__ void park_partials(const float* acc, float (*red)[NA][kWarp]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int i = 0; i < NA; ++i) red[warp][i][lane] = acc[i];
+  __syncthreads();
+}
+template <int NA, int KS = kKs>
+__device__ __forceinline__ float warp_sum(const float (*red)[NA][kWarp], int i) {
+  const int lane = threadIdx.x % kWarp;
+  float v = red[0][i][lane];
+#pragma unroll
+  for (int w = 1; w < KS; ++w) v += red[w][i][lane];
+  return v;
 }
 
 // After the K loop of a dense tile (block (x, y, z) of a grid split over K in gridDim.z

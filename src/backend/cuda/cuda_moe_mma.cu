@@ -50,20 +50,31 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     const int32_t* __restrict__ perm, int k, int8_t* __restrict__ act_q, float* __restrict__ act_d, float alpha,
     float limit, int64_t xneg, int64_t aneg, int pre) {
   constexpr int NA = 2 * 2 * NT * 4;
-  __shared__ float red[(kKs - 1) * NA][kWarp];
-  if constexpr (TL) prefetch_first_tiles<N>({gate.tiles, up.tiles}, blockIdx.y * gate.ne1 + blockIdx.x * kRows, pre);
+  __shared__ float red[kKs][NA][kWarp];  // every warp's partial sums
+  __shared__ float bsh[2][kRows];        // the block's gate / up biases (0 where none)
+  const int e = blockIdx.y;
+  const int64_t n_ff = gate.ne1, r0 = e * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
+  // The biases are static: copied before the wait, without stalling the threads that ask
+  // (cp.async), and waited for at the epilogue.
+  if (threadIdx.x < 2 * kRows) {
+    const int m = threadIdx.x / kRows, r = threadIdx.x % kRows;
+    const float* b = m ? ub : gb;
+    if (b)
+      cp_async4(&bsh[m][r], b + r0 + r);
+    else
+      bsh[m][r] = 0.f;
+  }
+  if constexpr (TL) prefetch_first_tiles<N>({gate.tiles, up.tiles}, r0, pre);
   pdl_wait();
   pdl_trigger();
-  const int e = blockIdx.y;
   const int cnt = counts[e];
   if (cnt == 0) return;
   const int off = offsets[e];
   const int n = static_cast<int>(gate.n_in);
-  const int64_t n_ff = gate.ne1;
-  const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = e * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const uint8_t* const wq[2] = {TL ? gate.tiles : gate.q, TL ? up.tiles : up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
+  cp_async_wait_all();  // (the first barrier below shows bsh to every warp)
   for (int base = 0, live = 1; base < cnt; base += 8 * live) {
     live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[2][2][NT][4] = {};
@@ -82,43 +93,43 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
       k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
     }
-    reduce_warps<NA>(&acc[0][0][0][0], red);
-    if (threadIdx.x >= kWarp) continue;
+    // The epilogue is spread over the warps, a (token tile j, column parity cc) pair each:
+    // the warp sums the four warps' partials of its columns (warp_sum) and writes them.
+    // (Warp 0 alone, after reduce_warps, held the block for the SwiGLU, the quantization and
+    // its bias loads: bench/cuda_moe_arith.cu, H200, a layer's gate/up at 8 / 16 tokens an
+    // expert took 122 / 161 us with biases, 108 / 139 with no epilogue; spread, 119 / 152.)
+    park_partials<NA>(&acc[0][0][0][0], red);
+    for (int jc = warp; jc < 2 * live; jc += kKs) {
+      const int j = jc >> 1, cc = jc & 1, pc = base + 8 * j + 2 * t + cc;
+      float h[4];
+      float amax = 0.f;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      if (j >= live) break;
+      for (int i = 0; i < 4; ++i) {  // rows g + 8 i: (mt, c) = (i / 2, 2 (i % 2) + cc)
+        const int mt = i >> 1, c = 2 * (i & 1) + cc;
+        float v[2];
 #pragma unroll
-      for (int cc = 0; cc < 2; ++cc) {
-        const int pc = base + 8 * j + 2 * t + cc;
-        float h[4];
-        float amax = 0.f;
+        for (int m = 0; m < 2; ++m) v[m] = warp_sum<NA>(red, ((m * 2 + mt) * NT + j) * 4 + c) + bsh[m][g + 8 * i];
+        h[i] = oai_swiglu(v[0], v[1], alpha, limit);
+        amax = fmaxf(amax, fabsf(h[i]));
+      }
+      // The 32 rows of this column live in the 8 lanes with this t: max over g.
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {  // rows g + 8 i: (mt, c) = (i / 2, 2 (i % 2) + cc)
-          const int mt = i >> 1, c = 2 * (i & 1) + cc;
-          const int64_t r = e * n_ff + blockIdx.x * kRows + c_row(g, mt, c);
-          float gv = acc[0][mt][j][c], uv = acc[1][mt][j][c];
-          if (gb) gv += gb[r];
-          if (ub) uv += ub[r];
-          h[i] = oai_swiglu(gv, uv, alpha, limit);
-          amax = fmaxf(amax, fabsf(h[i]));
-        }
-        // The 32 rows of this column live in the 8 lanes with this t: max over g.
-#pragma unroll
-        for (int o = 4; o < kWarp; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (pc >= cnt) continue;
+      for (int o = 4; o < kWarp; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      if (pc < cnt) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int8_t* qrow = act_q + static_cast<int64_t>(off + pc) * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int8_t q = static_cast<int8_t>(roundf(h[i] * id));
-          const int at = mx_pos(c_row(g, i >> 1, 2 * (i & 1)));
+          const int at = mx_pos(g + 8 * i);
           qrow[at] = q;
           qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the down loop's N part reads
         }
         if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
       }
     }
+    if (base + 8 * live < cnt) __syncthreads();  // red is written again by the next pass
   }
 }
 
@@ -132,7 +143,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
                                                                   const int32_t* __restrict__ offsets, float* o,
                                                                   int64_t aneg, int pre) {
   constexpr int NA = 2 * NT * 4;
-  __shared__ float red[(kKs - 1) * NA][kWarp];
+  __shared__ float red[kKs][NA][kWarp];  // every warp's partial sums
   if constexpr (TL) prefetch_first_tiles<N>({down.tiles}, blockIdx.y * down.ne1 + blockIdx.x * kRows, pre);
   pdl_wait();
   pdl_trigger();
@@ -145,12 +156,12 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   const int64_t r0 = e * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[1] = {TL ? down.tiles : down.q};
   const uint8_t* const wsc[1] = {down.s};
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   for (int base = 0, live = 1; base < cnt; base += 8 * live) {
     live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[1][2][NT][4] = {};
     if constexpr (N > 0) {
       static_assert(NT <= 2, "k_loop_mx1: one or two token tiles");
-      const int lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
       const int8_t* xr[NT];
       const float* xdr[NT];
 #pragma unroll
@@ -164,10 +175,31 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
       k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
     }
-    reduce_warps<NA>(&acc[0][0][0][0], red);
-    if (threadIdx.x >= kWarp) continue;
-    write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
-                   static_cast<int64_t>(blockIdx.x) * kRows, base, cnt);
+    if constexpr (NT == 1) {
+      // One tile (x8 / x32): warp 0 writes it. (Spread over the warps as below: H200, same
+      // base, x8 / x32 -1.1 / -2.6%.)
+      reduce_warps<NA>(&acc[0][0][0][0], &red[0][0]);
+      if (threadIdx.x < kWarp)
+        write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
+                       static_cast<int64_t>(blockIdx.x) * kRows, base, cnt);
+      continue;
+    }
+    // Several tiles (x64, prefill's grouped passes): written by the warps a (token tile,
+    // column parity) pair each, as in gate/up.
+    park_partials<NA>(&acc[0][0][0][0], red);
+    for (int jc = warp; jc < 2 * live; jc += kKs) {
+      const int j = jc >> 1, cc = jc & 1, tc = base + 8 * j + 2 * t + cc;
+      if (tc >= cnt) continue;
+      float* y = o + static_cast<int64_t>(off + tc) * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int c = 2 * h + cc;
+          y[c_row(g, mt, c)] = warp_sum<NA>(red, (mt * NT + j) * 4 + c);  // acc[0][mt][j][c]
+        }
+    }
+    if (base + 8 * live < cnt) __syncthreads();  // red is written again by the next pass
   }
 }
 
