@@ -93,7 +93,8 @@ int main() {
     for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(rng());
     for (size_t i = 0; i < h.size(); i += kMxTileBytes)
       for (int b = 1024; b < kMxTileBytes; ++b) h[i + b] = static_cast<uint8_t>(118 + rng() % 6);
-    for (int l = 0; l < kLayers; ++l) cudaMemcpy(pr.buf + l * kLayerBytes, h.data(), kLayerBytes, cudaMemcpyHostToDevice);
+    for (int l = 0; l < kLayers; ++l)
+      cudaMemcpy(pr.buf + l * kLayerBytes, h.data(), kLayerBytes, cudaMemcpyHostToDevice);
   }
   int8_t* xq = nullptr;
   float* xd = nullptr;

@@ -301,7 +301,8 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t lo = blk ? wv[m][2 * mt].y : wv[m][2 * mt].x;
         const uint32_t hi = blk ? wv[m][2 * mt + 1].y : wv[m][2 * mt + 1].x;
-        const MxPN d = (ABL & 1) ? MxPN{{lo, hi, lo, hi}, {hi, lo, hi, lo}} : mx_pn(lo, hi);  // decoded once for every tile
+        // decoded once for every tile
+        const MxPN d = (ABL & 1) ? MxPN{{lo, hi, lo, hi}, {hi, lo, hi, lo}} : mx_pn(lo, hi);
         float w[2];  // rows g + 16 mt, g + 8 + 16 mt: 2^(E - 127)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

@@ -68,7 +68,10 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   pdl_wait();
   pdl_trigger();
   const int cnt = counts[e];
-  if (cnt == 0) return;
+  if (cnt == 0) {
+    cp_async_wait_all();  // (no copy left in flight into a block that ends)
+    return;
+  }
   const int off = offsets[e];
   const int n = static_cast<int>(gate.n_in);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
