@@ -32,17 +32,23 @@ constexpr int kN = 2880, kExperts = 32, kLayers = 4, kTok = 16;
 constexpr size_t kMatBytes = size_t(kExperts) * (kN / 32) * (kN / 64) * kMxTileBytes;  // one matrix, all experts
 constexpr size_t kLayerBytes = 2 * kMatBytes;                                          // gate | up
 
-// Block (x, e): rows 32 x .. of expert e's gate and up, every token of the pass (8 per
-// tile, `two`: tiles 0 and 1), then the block's warps summed as the kernel does.
-template <int NT, int P, int ABL>
-__global__ void __launch_bounds__(kKs* kWarp, 4) gate_up_kernel(const uint8_t* layer, const int8_t* xq, const float* xd,
-                                                                bool two, float* sink) {
-  constexpr int NA = 2 * 2 * NT * 4;
+// Block (x, e): rows 32 x .. of expert e's NM matrices (2: gate and up; 1: as down),
+// every token of the pass (8 per tile, `two`: tiles 0 and 1), then the block's warps
+// summed as the kernel does.
+template <int NM, int NT, int P, int ABL>
+__global__ void __launch_bounds__(kKs* kWarp, 4) loop_kernel(const uint8_t* layer, const int8_t* xq, const float* xd,
+                                                             bool two, float* sink) {
+  constexpr int NA = NM * 2 * NT * 4;
   __shared__ float red[(kKs - 1) * NA][kWarp];
   const int e = blockIdx.y, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(e) * kN + int64_t(blockIdx.x) * kRows;
-  const uint8_t* const wq[2] = {layer, layer + kMatBytes};
-  const uint8_t* const wsc[2] = {nullptr, nullptr};
+  const uint8_t* wq[NM];
+  const uint8_t* wsc[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    wq[m] = layer + m * kMatBytes;
+    wsc[m] = nullptr;
+  }
   const int8_t* xr[NT];
   const float* xdr[NT];
 #pragma unroll
@@ -51,8 +57,8 @@ __global__ void __launch_bounds__(kKs* kWarp, 4) gate_up_kernel(const uint8_t* l
     xr[j] = xq + int64_t(row) * kN + 8 * t;
     xdr[j] = xd + int64_t(row) * (kN / 32);
   }
-  float acc[2][2][NT][4] = {};
-  k_loop_mx1<kN, 2, NT, kKs, P, true, ABL>(wq, wsc, r0, xr, int64_t(kTok) * kN, xdr, two, acc);
+  float acc[NM][2][NT][4] = {};
+  k_loop_mx1<kN, NM, NT, kKs, P, true, ABL>(wq, wsc, r0, xr, int64_t(kTok) * kN, xdr, two, acc);
   reduce_warps<NA>(&acc[0][0][0][0], red);
   float s = 0.f;
 #pragma unroll
@@ -120,7 +126,7 @@ int main() {
   auto timeit = [&](const char* name, auto launch) { pr.timeit_layers(name, 32, kLayerBytes, kLayers, launch); };
   timeit("tiles, loads only", [&](const uint8_t* l) { loads_kernel<<<grid, block>>>(l, pr.sink); });
 #define RUN(NT, P, ABL, TWO, NAME) \
-  timeit(NAME, [&](const uint8_t* l) { gate_up_kernel<NT, P, ABL><<<grid, block>>>(l, xq, xd, TWO, fsink); })
+  timeit(NAME, [&](const uint8_t* l) { loop_kernel<2, NT, P, ABL><<<grid, block>>>(l, xq, xd, TWO, fsink); })
   RUN(1, 2, 0, false, "NT1 P2 (x8/x32 kernel), 8 tok");
   RUN(1, 1, 0, false, "NT1 P1, 8 tok");
   RUN(2, 1, 0, false, "NT2 P1 (x64 kernel), 8 tok");
@@ -147,6 +153,13 @@ int main() {
   RUN(1, 2, 96, false, "NT1 P2, 8 tok, both");
   RUN(2, 2, 0, true, "NT2 P2, 16 tok");
 #undef RUN
+  // down's loop over one matrix (half a layer's bytes: the rate column is 2x)
+  timeit("down loop NT1 P1 (x8/x32), 8 tok [half]",
+         [&](const uint8_t* l) { loop_kernel<1, 1, 1, 0><<<grid, block>>>(l, xq, xd, false, fsink); });
+  timeit("down loop NT2 P2 (x64), 8 tok [half]",
+         [&](const uint8_t* l) { loop_kernel<1, 2, 2, 0><<<grid, block>>>(l, xq, xd, false, fsink); });
+  timeit("down loop NT2 P2 (x64), 16 tok [half]",
+         [&](const uint8_t* l) { loop_kernel<1, 2, 2, 0><<<grid, block>>>(l, xq, xd, true, fsink); });
   // The backend's kernels on the same tiles: every expert gets `per` slots (tokens
   // 0 .. n_tok - 1 at k = 4), sorted by expert.
   int32_t *counts = nullptr, *offsets = nullptr, *perm = nullptr;
@@ -208,6 +221,9 @@ int main() {
         moe_gate_up_mma_kernel<1, 4, kN, 2, true><<<grid, block>>>(mat(l), mat(l + kMatBytes), nullptr, nullptr, xq4,
                                                                    xd4, counts, offsets, perm, 4, act_q, act_d, 1.702f,
                                                                    7.f, xneg, aneg, 0);
+      });
+      timeit("backend down NT1 P1 (x8/x32), 8 tok [half]", [&](const uint8_t* l) {
+        moe_down_mma_kernel<1, 4, kN, 1, true><<<grid, block>>>(mat(l), act_q, act_d, counts, offsets, o, aneg, 0);
       });
     }
     // down over one matrix's worth of tiles (half a layer's bytes: the rate column is 2x)
