@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|cublas|gupattern|moepattern|moearith|densepattern|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -20,7 +20,8 @@
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
 #   cold reads (bench/cuda_gu_pattern.cu); moepattern: the batched MoE gate/up's weight reads at
 #   64 streams, GGUF rows against tiles repacked at upload (bench/cuda_moe_pattern.cu); moearith: the
-#   lean loop's time on the tiles with parts of its arithmetic left out (bench/cuda_moe_arith.cu); densepattern:
+#   lean loop's time on the tiles with parts of its arithmetic left out (bench/cuda_moe_arith.cu); densearith:
+#   the dense wide kernel alone, cold, per shape / tokens / K split (bench/cuda_dense_arith.cu); densepattern:
 #   the same for the batched dense q/k/v's Q8_0 reads (bench/cuda_dense_pattern.cu). B_DIR: the build the stages after `build` run
 #   (default build-dev; B_DIR=build-base after an `ab` stage traces the base tree).
 set -o pipefail
@@ -216,6 +217,10 @@ for s in $STAGES; do
     moearith)
       nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFMT_CONSTEVAL= -Isrc \
         -Xlinker --unresolved-symbols=ignore-all bench/cuda_moe_arith.cu -o /tmp/moea && /tmp/moea | tee "$OUT/moe_arith.txt" ;;
+    densearith)
+      nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFMT_CONSTEVAL= -Isrc \
+        -Xlinker --unresolved-symbols=ignore-all bench/cuda_dense_arith.cu -o /tmp/densea && /tmp/densea |
+        tee "$OUT/dense_arith.txt" ;;
     densepattern)
       nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a bench/cuda_dense_pattern.cu -o /tmp/densep &&
         /tmp/densep | tee "$OUT/dense_pattern.txt" ;;
