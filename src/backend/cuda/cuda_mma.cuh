@@ -497,7 +497,7 @@ __device__ __forceinline__ void reduce_warps(float* acc, float (*red)[kWarp]) {
 // the warps): every warp parks its NA partial sums in red[warp], then a barrier;
 // warp_sum(red, i) is then element i of the lane's tile, summed in warp order (the same
 // sum as reduce_warps). red is free again after another barrier.
-template <int NA, int KS = kKs>
+template <int NA>
 __device__ __forceinline__ void park_partials(const float* acc, float (*red)[NA][kWarp]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
 #pragma unroll
