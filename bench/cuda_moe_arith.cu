@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -125,8 +126,9 @@ int main() {
   pr.plain_layers(32, kLayerBytes, kLayers);
   auto timeit = [&](const char* name, auto launch) { pr.timeit_layers(name, 32, kLayerBytes, kLayers, launch); };
   timeit("tiles, loads only", [&](const uint8_t* l) { loads_kernel<<<grid, block>>>(l, pr.sink); });
+  const bool quick = std::getenv("MOEA_QUICK") != nullptr;  // the backend's kernels only
 #define RUN(NT, P, ABL, TWO, NAME) \
-  timeit(NAME, [&](const uint8_t* l) { loop_kernel<2, NT, P, ABL><<<grid, block>>>(l, xq, xd, TWO, fsink); })
+  if (!quick) timeit(NAME, [&](const uint8_t* l) { loop_kernel<2, NT, P, ABL><<<grid, block>>>(l, xq, xd, TWO, fsink); })
   RUN(1, 2, 0, false, "NT1 P2 (x8/x32 kernel), 8 tok");
   RUN(1, 1, 0, false, "NT1 P1, 8 tok");
   RUN(2, 1, 0, false, "NT2 P1 (x64 kernel), 8 tok");
@@ -154,11 +156,11 @@ int main() {
   RUN(2, 2, 0, true, "NT2 P2, 16 tok");
 #undef RUN
   // down's loop over one matrix (half a layer's bytes: the rate column is 2x)
-  timeit("down loop NT1 P1 (x8/x32), 8 tok [half]",
+  if (!quick) timeit("down loop NT1 P1 (x8/x32), 8 tok [half]",
          [&](const uint8_t* l) { loop_kernel<1, 1, 1, 0><<<grid, block>>>(l, xq, xd, false, fsink); });
-  timeit("down loop NT2 P2 (x64), 8 tok [half]",
+  if (!quick) timeit("down loop NT2 P2 (x64), 8 tok [half]",
          [&](const uint8_t* l) { loop_kernel<1, 2, 2, 0><<<grid, block>>>(l, xq, xd, false, fsink); });
-  timeit("down loop NT2 P2 (x64), 16 tok [half]",
+  if (!quick) timeit("down loop NT2 P2 (x64), 16 tok [half]",
          [&](const uint8_t* l) { loop_kernel<1, 2, 2, 0><<<grid, block>>>(l, xq, xd, true, fsink); });
   // The backend's kernels on the same tiles: every expert gets `per` slots (tokens
   // 0 .. n_tok - 1 at k = 4), sorted by expert.
@@ -216,16 +218,22 @@ int main() {
                                                                    xneg, aneg, 0);
       });
     }
-    if (per == 8) {
-      timeit("backend gate/up NT1 P2 (x8/x32), 8 tok", [&](const uint8_t* l) {
-        moe_gate_up_mma_kernel<1, 4, kN, 2, true><<<grid, block>>>(mat(l), mat(l + kMatBytes), nullptr, nullptr, xq4,
-                                                                   xd4, counts, offsets, perm, 4, act_q, act_d, 1.702f,
-                                                                   7.f, xneg, aneg, 0);
+    // The one-tile kernels, with `split` blocks a row block (token tiles h, h + split, ...).
+    auto one_tile = [&]<int S>() {
+      const dim3 gs(grid.x * S, grid.y);
+      std::snprintf(name, sizeof name, "backend gate/up NT1 P2 split %d, %d tok", S, per);
+      timeit(name, [&](const uint8_t* l) {
+        moe_gate_up_mma_kernel<1, 4, kN, 2, true, S><<<gs, block>>>(mat(l), mat(l + kMatBytes), bias, bias, xq4, xd4,
+                                                                    counts, offsets, perm, 4, act_q, act_d, 1.702f, 7.f,
+                                                                    xneg, aneg, 0);
       });
-      timeit("backend down NT1 P1 (x8/x32), 8 tok [half]", [&](const uint8_t* l) {
-        moe_down_mma_kernel<1, 4, kN, 1, true><<<grid, block>>>(mat(l), act_q, act_d, counts, offsets, o, aneg, 0);
+      std::snprintf(name, sizeof name, "backend down NT1 P1 split %d, %d tok [half]", S, per);
+      timeit(name, [&](const uint8_t* l) {
+        moe_down_mma_kernel<1, 4, kN, 1, true, S><<<gs, block>>>(mat(l), act_q, act_d, counts, offsets, o, aneg, 0);
       });
-    }
+    };
+    one_tile.template operator()<1>();
+    one_tile.template operator()<2>();
     // down over one matrix's worth of tiles (half a layer's bytes: the rate column is 2x)
     std::snprintf(name, sizeof name, "backend down NT2 P2 (x64), %d tok [half]", per);
     timeit(name, [&](const uint8_t* l) {

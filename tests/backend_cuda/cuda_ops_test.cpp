@@ -365,10 +365,11 @@ TEST_P(CudaOpsMode, MoeExperts) {
 // moe_tiles, == the default backend exactly (the 2880 shapes read the MMA tile copy, the
 // others are unchanged). The 2880 shapes run
 // the k_loop_mx1 kernels (unless BRASS_CUDA_MOE_FAST=0): at 16 tokens (2 an expert on
-// average) one token tile a pass; from 6 on average two tiles a pass where more than 8
-// tokens are left: at 44 tokens expert 9 gets all of them (passes of 16, 16 and 12, the
-// last with 4 missing columns) and the others ~4 (one tile), at 64 tokens (the 64-stream
-// load, ~8 an expert) the experts above 8 take a pass whose second tile is partial.
+// average) one block a row block, one token tile a pass; from 6 on average two blocks a
+// row block taking the token tiles in turn: at 44 tokens expert 9 gets all of them (tiles
+// 0, 2, 4 in one block, 1, 3, 5 in the other, the last with 4 missing columns) and the
+// others ~4 (the second block has nothing), at 64 tokens (the 64-stream load, ~8 an
+// expert) the experts above 8 give the second block a partial tile.
 TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);

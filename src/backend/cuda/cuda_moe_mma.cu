@@ -37,23 +37,26 @@ __device__ __forceinline__ void prefetch_first_tiles(const uint8_t* const (&tile
   for (int m = 0; m < NM; ++m) prefetch_l2(tiles[m] + at, bytes);
 }
 
-// grid (n_ff / 32, n_expert): block (x, e) computes SwiGLU rows [32 x, 32 x + 32) of expert
-// e for all of e's slots and writes them quantized (int8 in MXFP4 order + scale) at the
-// slots' sorted positions.
+// grid (n_ff / 32 * S, n_expert): block (x, e) computes SwiGLU rows [32 rb, 32 rb + 32)
+// of expert e, rb = x / S, for its share of e's slots and writes them quantized (int8 in
+// MXFP4 order + scale) at the slots' sorted positions. S > 1 (one token tile a pass): the
+// S blocks of a row block take token tiles h, h + S, ... (h = x % S); they
+// are adjacent in launch order, so they read the rows from DRAM about once between them.
 // N > 0: rows of N elements on the k_loop_mx1 path (NT 1, or 2: a pass takes 16 tokens
 // when more than 8 are left, else 8; the caller checked n == N).
 // TL: gate / up read from their tile copies (DevW::tiles; N > 0).
-template <int NT, int MINB, int N = 0, int P = 1, bool TL = false>
+template <int NT, int MINB, int N = 0, int P = 1, bool TL = false, int S = 1>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
     DevW gate, DevW up, const float* __restrict__ gb, const float* __restrict__ ub, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, const int32_t* __restrict__ counts, const int32_t* __restrict__ offsets,
     const int32_t* __restrict__ perm, int k, int8_t* __restrict__ act_q, float* __restrict__ act_d, float alpha,
     float limit, int64_t xneg, int64_t aneg, int pre) {
+  static_assert(S == 1 || NT == 1, "split row blocks take one token tile a pass");
   constexpr int NA = 2 * 2 * NT * 4;
   __shared__ float red[kKs][NA][kWarp];  // every warp's partial sums
   __shared__ float bsh[2][kRows];        // the block's gate / up biases (0 where none)
-  const int e = blockIdx.y;
-  const int64_t n_ff = gate.ne1, r0 = e * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
+  const int e = blockIdx.y, rb = static_cast<int>(blockIdx.x) / S, h0 = static_cast<int>(blockIdx.x) % S;
+  const int64_t n_ff = gate.ne1, r0 = e * n_ff + static_cast<int64_t>(rb) * kRows;
   // The biases are static: copied before the wait, without stalling the threads that ask
   // (cp.async), and waited for at the epilogue.
   if (threadIdx.x < 2 * kRows) {
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   pdl_wait();
   pdl_trigger();
   const int cnt = counts[e];
-  if (cnt == 0) {
+  if (8 * h0 >= cnt) {
     cp_async_wait_all();  // (no copy left in flight into a block that ends)
     return;
   }
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
   const uint8_t* const wq[2] = {TL ? gate.tiles : gate.q, TL ? up.tiles : up.q};
   const uint8_t* const wsc[2] = {gate.s, up.s};
   cp_async_wait_all();  // (the first barrier below shows bsh to every warp)
-  for (int base = 0, live = 1; base < cnt; base += 8 * live) {
+  for (int base = 8 * h0, live = 1; base < cnt; base += 8 * live * S) {
     live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[2][2][NT][4] = {};
     if constexpr (N > 0) {
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
       if (pc < cnt) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        int8_t* qrow = act_q + static_cast<int64_t>(off + pc) * n_ff + static_cast<int64_t>(blockIdx.x) * kRows;
+        int8_t* qrow = act_q + static_cast<int64_t>(off + pc) * n_ff + static_cast<int64_t>(rb) * kRows;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int8_t q = static_cast<int8_t>(roundf(h[i] * id));
@@ -129,38 +132,40 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
           qrow[at] = q;
           qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the down loop's N part reads
         }
-        if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + blockIdx.x] = __half2float(__float2half_rn(d));
+        if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + rb] = __half2float(__float2half_rn(d));
       }
     }
-    if (base + 8 * live < cnt) __syncthreads();  // red is written again by the next pass
+    if (base + 8 * live * S < cnt) __syncthreads();  // red is written again by the next pass
   }
 }
 
-// grid (n_embd / 32, n_expert): block (x, e) computes down rows [32 x, 32 x + 32) of expert
-// e for all of e's slots: o[sorted position, row] = down row . act (no bias: the combine
-// adds it with the router weight).
-template <int NT, int MINB, int N = 0, int P = 1, bool TL = false>
+// grid (n_embd / 32 * S, n_expert): block (x, e) computes down rows [32 rb, 32 rb + 32)
+// of expert e, rb = x / S, for its share of e's slots (split: as in gate/up):
+// o[sorted position, row] = down row . act (no bias: the combine adds it with the router
+// weight).
+template <int NT, int MINB, int N = 0, int P = 1, bool TL = false, int S = 1>
 __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW down, const int8_t* __restrict__ act_q,
                                                                   const float* __restrict__ act_d,
                                                                   const int32_t* __restrict__ counts,
                                                                   const int32_t* __restrict__ offsets, float* o,
                                                                   int64_t aneg, int pre) {
+  static_assert(S == 1 || NT == 1, "split row blocks take one token tile a pass");
   constexpr int NA = 2 * NT * 4;
   __shared__ float red[kKs][NA][kWarp];  // every warp's partial sums
-  if constexpr (TL) prefetch_first_tiles<N>({down.tiles}, blockIdx.y * down.ne1 + blockIdx.x * kRows, pre);
+  const int e = blockIdx.y, rb = static_cast<int>(blockIdx.x) / S, h0 = static_cast<int>(blockIdx.x) % S;
+  const int64_t n_embd = down.ne1;
+  const int64_t r0 = e * n_embd + static_cast<int64_t>(rb) * kRows;
+  if constexpr (TL) prefetch_first_tiles<N>({down.tiles}, r0, pre);
   pdl_wait();
   pdl_trigger();
-  const int e = blockIdx.y;
   const int cnt = counts[e];
-  if (cnt == 0) return;
+  if (8 * h0 >= cnt) return;
   const int off = offsets[e];
   const int n = static_cast<int>(down.n_in);
-  const int64_t n_embd = down.ne1;
-  const int64_t r0 = e * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* const wq[1] = {TL ? down.tiles : down.q};
   const uint8_t* const wsc[1] = {down.s};
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
-  for (int base = 0, live = 1; base < cnt; base += 8 * live) {
+  for (int base = 8 * h0, live = 1; base < cnt; base += 8 * live * S) {
     live = N > 0 && cnt - base <= 8 ? 1 : NT;  // token tiles of this pass
     float acc[1][2][NT][4] = {};
     if constexpr (N > 0) {
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
       reduce_warps<NA>(&acc[0][0][0][0], &red[0][0]);
       if (threadIdx.x < kWarp)
         write_tile<NT>(acc[0], o + static_cast<int64_t>(off) * n_embd, n_embd, nullptr,
-                       static_cast<int64_t>(blockIdx.x) * kRows, base, cnt);
+                       static_cast<int64_t>(rb) * kRows, base, cnt);
       continue;
     }
     // Several tiles (x64, prefill's grouped passes): written by the warps a (token tile,
@@ -193,7 +198,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
     for (int jc = warp; jc < 2 * live; jc += kKs) {
       const int j = jc >> 1, cc = jc & 1, tc = base + 8 * j + 2 * t + cc;
       if (tc >= cnt) continue;
-      float* y = o + static_cast<int64_t>(off + tc) * n_embd + static_cast<int64_t>(blockIdx.x) * kRows;
+      float* y = o + static_cast<int64_t>(off + tc) * n_embd + static_cast<int64_t>(rb) * kRows;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -202,7 +207,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
           y[c_row(g, mt, c)] = warp_sum<NA>(red, (mt * NT + j) * 4 + c);  // acc[0][mt][j][c]
         }
     }
-    if (base + 8 * live < cnt) __syncthreads();  // red is written again by the next pass
+    if (base + 8 * live * S < cnt) __syncthreads();  // red is written again by the next pass
   }
 }
 
@@ -235,20 +240,23 @@ int pre_steps(const MoeP& a, bool gate_up) {
   return a.n_tok >= min_tok ? (gate_up ? gu : dn) : 0;
 }
 
-template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false>
+// S: blocks a row block (the kernels' split).
+template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false, int S = 1>
 void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
-  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N, P, TL>, dim3(static_cast<unsigned>(n_ff / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N, P, TL, S>,
+             dim3(static_cast<unsigned>(n_ff / kRows * S), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
              static_cast<const float*>(b.xd), static_cast<const int32_t*>(grp.counts),
              static_cast<const int32_t*>(grp.offsets), static_cast<const int32_t*>(grp.perm), static_cast<int>(a.k),
              b.act_q, b.act_d, a.alpha, a.limit, xneg, aneg, pre_steps(a, true));
   BRASS_CUDA_LAUNCHED();
 }
-template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false>
+template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false, int S = 1>
 void launch_down(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, aneg = a.n_tok * a.k * n_ff;
-  launch_pdl(moe_down_mma_kernel<NT, MINB, N, P, TL>, dim3(static_cast<unsigned>(n_embd / kRows), static_cast<unsigned>(n_expert)),
+  launch_pdl(moe_down_mma_kernel<NT, MINB, N, P, TL, S>,
+             dim3(static_cast<unsigned>(n_embd / kRows * S), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
              static_cast<const int32_t*>(grp.counts), static_cast<const int32_t*>(grp.offsets), b.o, aneg, pre_steps(a, false));
   BRASS_CUDA_LAUNCHED();
@@ -332,43 +340,42 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // streams 4,203 -> 4,418 / 6,348 -> 6,712 tok/s on the H200. BRASS_CUDA_MOE_FAST=0: the
   // generic loop (measurement knob).
   static const bool fast = knob_on("BRASS_CUDA_MOE_FAST");
-  // From ~6 tokens an expert on average (64 streams: ~8, 40% of the experts above 8) the
-  // lean loop takes two tiles in a pass of an expert with more than 8 tokens left, decoding
-  // its rows once for both. BRASS_CUDA_MOE_MX2=0: one tile a pass (measurement knob).
-  static const bool mx2 = knob_on("BRASS_CUDA_MOE_MX2");
   // K steps in flight a warp in the lean loop (k_loop_mx1's P), where registers allow: the
-  // one-tile gate/up (at its 128-register cap, a 20-byte spill) and the two-tile down take
-  // 2. H200, same call, x8 / x32 / x64 tok/s: one step everywhere 1,721 / 5,196 / 7,726;
-  // two in the one-tile gate/up 1,746 / 5,250 / -; two in the two-tile down - / - / 7,830
-  // (two in the one-tile down: x32 5,155; in the two-tile gate/up, which then fits 3 blocks
-  // an SM instead of 4: x64 7,349). BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force one
-  // choice (measurement knobs; the two-tile gate/up with 2 runs at 3 blocks an SM).
+  // gate/up (at its 128-register cap, an 8-byte spill) takes 2, the down 1. H200, same
+  // call, x8 / x32 tok/s: one step everywhere 1,721 / 5,196; two in the gate/up 1,746 /
+  // 5,250; two in the down too: x32 5,155. BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force
+  // one choice where one block takes a row block (measurement knobs).
   static const int steps_gu = env_steps("BRASS_CUDA_MOE_STEPS_GU"), steps_dn = env_steps("BRASS_CUDA_MOE_STEPS_DOWN");
   const bool lean = nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim;
   // The MMA tile copies (CudaBackendOptions::moe_tiles, DevW::tiles) when all three
   // matrices have them: the same loops, each K step's operands in three loads a matrix.
   // H100, same call, x8 / x32 / x64: 1,575 / 4,623 / 7,424 -> 1,727 / 5,128 / 8,074 tok/s.
   const bool tl = lean && a.gate.tiles && a.up.tiles && a.down.tiles;
+  // From ~6 tokens an expert on average (64 streams: ~8, 40% of the experts above 8), two
+  // blocks a row block, adjacent in launch order, each one tile a pass (token tiles h,
+  // h + 2, ...): they read the rows from DRAM about once between them, each decoding them
+  // for its own tokens. This replaced a kernel taking two tiles a pass (decoding the rows
+  // once for 16 tokens): H100, same call, two rounds, x64 8,445-8,455 -> 9,016-9,021 tok/s
+  // (x8 / x32 / pp512 unchanged). bench/cuda_moe_arith.cu, H100, a layer at 8 / 16 tokens
+  // an expert: gate/up 132 / 157 us (two tiles) -> 112 / 160, down 78 / 97 -> 64 / 91.
+  // BRASS_CUDA_MOE_SPLIT=1|2 forces one choice (measurement knob; 1: an expert's passes in
+  // one block, its rows re-read for the second).
+  static const int force_split = env_int("BRASS_CUDA_MOE_SPLIT", 0);
+  const int split = force_split == 1 || force_split == 2 ? force_split : avg >= 6 ? 2 : 1;
   auto launch_lean = [&]<bool TL>() {
-    if (mx2 && avg >= 6) {
-      if (steps_gu == 2)
-        launch_gate_up<2, 3, kGptOssDim, 2, TL>(a, b, grp, e, st);
-      else
-        launch_gate_up<2, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
-      if (steps_dn == 1)
-        launch_down<2, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
-      else
-        launch_down<2, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
-    } else {
-      if (steps_gu == 1)
-        launch_gate_up<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
-      else
-        launch_gate_up<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
-      if (steps_dn == 2)
-        launch_down<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
-      else
-        launch_down<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+    if (split == 2) {
+      launch_gate_up<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
+      launch_down<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
+      return;
     }
+    if (steps_gu == 1)
+      launch_gate_up<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+    else
+      launch_gate_up<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+    if (steps_dn == 2)
+      launch_down<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+    else
+      launch_down<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
   };
   if (tl) {
     launch_lean.template operator()<true>();
