@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kKs* kWarp, 4) loop_kernel(const uint8_t* laye
     xdr[j] = xd + int64_t(row) * (kN / 32);
   }
   float acc[NM][2][NT][4] = {};
-  k_loop_mx1<kN, NM, NT, kKs, P, true, ABL>(wq, wsc, r0, xr, int64_t(kTok) * kN, xdr, two, acc);
+  k_loop_mx1<kN, NM, NT, kKs, P, true, ABL>(wq, wsc, r0, xr, xdr, two, acc);
   reduce_warps<NA>(&acc[0][0][0][0], red);
   float s = 0.f;
 #pragma unroll

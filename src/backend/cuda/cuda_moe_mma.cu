@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
         xr[j] = xq + row * N + 8 * t;
         xdr[j] = xd + row * (N / 32);
       }
-      k_loop_mx1<N, 2, NT, kKs, P, TL>(wq, wsc, r0, xr, xneg, xdr, live > 1, acc);
+      k_loop_mx1<N, 2, NT, kKs, P, TL>(wq, wsc, r0, xr, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
       k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
           const int8_t q = static_cast<int8_t>(roundf(h[i] * id));
           const int at = mx_pos(g + 8 * i);
           qrow[at] = q;
-          qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the down loop's N part reads
+          if constexpr (N == 0) qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the generic down loop reads
         }
         if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + rb] = __half2float(__float2half_rn(d));
       }
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
         xr[j] = act_q + row * N + 8 * t;
         xdr[j] = act_d + row * (N / 32);
       }
-      k_loop_mx1<N, 1, NT, kKs, P, TL>(wq, wsc, r0, xr, aneg, xdr, live > 1, acc);
+      k_loop_mx1<N, 1, NT, kKs, P, TL>(wq, wsc, r0, xr, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
       k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
 struct MoeMmaBufs {
   int8_t* xq;     // (2, n_tok, n_embd) quantized tokens, MXFP4 order, then their negation
   float* xd;      // (n_tok, n_embd / 32)
-  int8_t* act_q;  // (2, n_slots, n_ff) SwiGLU output by sorted position, MXFP4 order; negated
+  int8_t* act_q;  // (2, n_slots, n_ff) SwiGLU output by sorted position, MXFP4 order; negated (generic loop)
   float* act_d;   // (n_slots, n_ff / 32)
   float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
 };
@@ -341,7 +341,7 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // generic loop (measurement knob).
   static const bool fast = knob_on("BRASS_CUDA_MOE_FAST");
   // K steps in flight a warp in the lean loop (k_loop_mx1's P), where registers allow: the
-  // gate/up (at its 128-register cap, an 8-byte spill) takes 2, the down 1. H200, same
+  // gate/up (at its 128-register cap) takes 2, the down 1. H200, same
   // call, x8 / x32 tok/s: one step everywhere 1,721 / 5,196; two in the gate/up 1,746 /
   // 5,250; two in the down too: x32 5,155. BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force
   // one choice where one block takes a row block (measurement knobs).
@@ -364,8 +364,14 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   const int split = force_split == 1 || force_split == 2 ? force_split : avg >= 6 ? 2 : 1;
   auto launch_lean = [&]<bool TL>() {
     if (split == 2) {
-      launch_gate_up<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
-      launch_down<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
+      if (steps_gu == 1)
+        launch_gate_up<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
+      else
+        launch_gate_up<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
+      if (steps_dn == 2)
+        launch_down<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
+      else
+        launch_down<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
       return;
     }
     if (steps_gu == 1)
