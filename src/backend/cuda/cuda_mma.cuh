@@ -64,6 +64,21 @@ __device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
   return ((mx_pos_part(v) | 0x80808080u) - mx_neg_part(~v)) ^ 0x80808080u;
 }
 
+// Read-only loads that do not allocate in L1: streamed weights, read once a block, that
+// would otherwise evict the activations other blocks of the SM read again.
+__device__ __forceinline__ uint4 ldg_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_stream8(const void* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // -v of four signed bytes in [-127, 127]: ~v + 1 a byte, its low seven bits added apart so
 // no carry crosses into the next byte, then the top bit (LOP3, IADD, LOP3).
 __device__ __forceinline__ uint32_t neg_s8x4(uint32_t v) {
@@ -390,8 +405,11 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
 // before this step computes) lost 1-15% and a 4-stage ring a third.
 // TL: wq[m] is matrix m's tile copy (DevW::tiles: a step's operands in two 16-byte loads
 // and one 8-byte load a lane, 1,088 contiguous bytes a warp), wsc unused: x8 / x32 / x64
-// +10 / +11 / +9% on the H100.
-template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false, int ABL = 0>
+// +10 / +11 / +9% on the H100. NA1 (TL): the tiles' loads do not allocate in L1
+// (ldg_stream16): H100, same call, x8 / x32 1,828 / 5,718-5,719 -> 1,852-1,858 /
+// 5,741-5,754 tok/s; x64, whose split blocks re-read the rows, 9,162-9,168 -> 9,148-9,150
+// (so there the kernels keep plain loads).
+template <int N, int NM, int NT = 1, int KS = kKs, int P = 1, bool TL = false, int ABL = 0, bool NA1 = false>
 __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const uint8_t* const (&wsc)[NM], int64_t r0,
                                            const int8_t* const (&xrow)[NT], const float* const (&xdrow)[NT],
                                            bool two, float (&acc)[NM][2][NT][4]) {
@@ -433,12 +451,13 @@ __device__ __forceinline__ void k_loop_mx1(const uint8_t* const (&wq)[NM], const
       if constexpr (TL) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(q[m] + u * kQStep + 512 * h));
+          const uint8_t* at = q[m] + u * kQStep + 512 * h;
+          const uint4 v = NA1 ? ldg_stream16(at) : __ldg(reinterpret_cast<const uint4*>(at));
           st.wv[m][2 * h] = make_uint2(v.x, v.y);
           st.wv[m][2 * h + 1] = make_uint2(v.z, v.w);
         }
         // (mx1_step uses a pair's low 16 bits only)
-        const uint2 e = __ldg(reinterpret_cast<const uint2*>(s[m] + u * kSStep));
+        const uint2 e = NA1 ? ldg_stream8(s[m] + u * kSStep) : __ldg(reinterpret_cast<const uint2*>(s[m] + u * kSStep));
         st.ex[m][0] = e.x;
         st.ex[m][1] = e.x >> 16;
         st.ex[m][2] = e.y;

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
         xr[j] = xq + row * N + 8 * t;
         xdr[j] = xd + row * (N / 32);
       }
-      k_loop_mx1<N, 2, NT, kKs, P, TL>(wq, wsc, r0, xr, xdr, live > 1, acc);
+      k_loop_mx1<N, 2, NT, kKs, P, TL, 0, S == 1>(wq, wsc, r0, xr, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return perm[off + i] / k; }, xq, xd, n, xneg);
       k_loop<kMX, 2, NT>(wq, wsc, r0, n, cols, acc);
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
         xr[j] = act_q + row * N + 8 * t;
         xdr[j] = act_d + row * (N / 32);
       }
-      k_loop_mx1<N, 1, NT, kKs, P, TL>(wq, wsc, r0, xr, xdr, live > 1, acc);
+      k_loop_mx1<N, 1, NT, kKs, P, TL, 0, S == 1>(wq, wsc, r0, xr, xdr, live > 1, acc);
     } else {
       const Cols<NT> cols = make_cols<NT>(base, cnt, [&](int i) { return off + i; }, act_q, act_d, n, aneg);
       k_loop<kMX, 1, NT>(wq, wsc, r0, n, cols, acc);
