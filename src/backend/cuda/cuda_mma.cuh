@@ -69,8 +69,8 @@ __device__ __forceinline__ uint32_t mx_signed(uint32_t v) {
 __device__ __forceinline__ uint4 ldg_stream16(const void* p) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint2 ldg_stream8(const void* p) {

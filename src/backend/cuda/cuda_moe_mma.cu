@@ -40,8 +40,8 @@ __device__ __forceinline__ void prefetch_first_tiles(const uint8_t* const (&tile
 // grid (n_ff / 32 * S, n_expert): block (x, e) computes SwiGLU rows [32 rb, 32 rb + 32)
 // of expert e, rb = x / S, for its share of e's slots and writes them quantized (int8 in
 // MXFP4 order + scale) at the slots' sorted positions. S > 1 (one token tile a pass): the
-// S blocks of a row block take token tiles h, h + S, ... (h = x % S); they
-// are adjacent in launch order, so they read the rows from DRAM about once between them.
+// S blocks of a row block take token tiles h, h + S, ... (h = x % S); they are adjacent in
+// launch order, so they read the rows from DRAM about once between them.
 // N > 0: rows of N elements on the k_loop_mx1 path (NT 1, or 2: a pass takes 16 tokens
 // when more than 8 are left, else 8; the caller checked n == N).
 // TL: gate / up read from their tile copies (DevW::tiles; N > 0).
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
 }
 
 // grid (n_embd / 32 * S, n_expert): block (x, e) computes down rows [32 rb, 32 rb + 32)
-// of expert e, rb = x / S, for its share of e's slots (split: as in gate/up):
+// of expert e, rb = x / S, for its share of e's slots (S: as in gate/up):
 // o[sorted position, row] = down row . act (no bias: the combine adds it with the router
 // weight).
 template <int NT, int MINB, int N = 0, int P = 1, bool TL = false, int S = 1>
@@ -343,8 +343,9 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // K steps in flight a warp in the lean loop (k_loop_mx1's P), where registers allow: the
   // gate/up (at its 128-register cap) takes 2, the down 1. H200, same
   // call, x8 / x32 tok/s: one step everywhere 1,721 / 5,196; two in the gate/up 1,746 /
-  // 5,250; two in the down too: x32 5,155. BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force
-  // one choice where one block takes a row block (measurement knobs).
+  // 5,250; two in the down too: x32 5,155 (with split blocks, below, at x64: one in the
+  // gate/up 8,855-8,867, two in the down 8,991-8,994 against 9,011-9,016 on the H100).
+  // BRASS_CUDA_MOE_STEPS_GU / _DOWN = 1 or 2 force one choice (measurement knobs).
   static const int steps_gu = env_steps("BRASS_CUDA_MOE_STEPS_GU"), steps_dn = env_steps("BRASS_CUDA_MOE_STEPS_DOWN");
   const bool lean = nt == 1 && capped && fast && n_embd == kGptOssDim && n_ff == kGptOssDim;
   // The MMA tile copies (CudaBackendOptions::moe_tiles, DevW::tiles) when all three
