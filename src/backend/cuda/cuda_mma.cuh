@@ -151,6 +151,15 @@ __device__ __forceinline__ void scale_acc(float (&acc)[4], const int (&c)[4], fl
   acc[2] += static_cast<float>(c[2]) * (ws1 * xs[0]);
   acc[3] += static_cast<float>(c[3]) * (ws1 * xs[1]);
 }
+// The same from C already as floats (mx1_step's ABL variants; the production loops keep
+// the form above, whose instruction order ptxas was measured with).
+__device__ __forceinline__ void scale_acc(float (&acc)[4], const float (&cf)[4], float ws0, float ws1,
+                                          const float (&xs)[2]) {
+  acc[0] += cf[0] * (ws0 * xs[0]);
+  acc[1] += cf[1] * (ws0 * xs[1]);
+  acc[2] += cf[2] * (ws1 * xs[0]);
+  acc[3] += cf[3] * (ws1 * xs[1]);
+}
 
 // The per-warp K loop: rows r0 + g + 8 i (i < 4) of NM matrices (quants wq[m], scales
 // wsc[m]; same row indices), K steps p = p0 + warp, p0 + warp + KS, ... < p1 (a K step:
@@ -346,10 +355,7 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
             float cf[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) cf[i] = __int_as_float(c[i]) - 12582912.0f;
-            acc[m][mt][j][0] += cf[0] * (w[0] * xs[j][blk][0]);
-            acc[m][mt][j][1] += cf[1] * (w[0] * xs[j][blk][1]);
-            acc[m][mt][j][2] += cf[2] * (w[1] * xs[j][blk][0]);
-            acc[m][mt][j][3] += cf[3] * (w[1] * xs[j][blk][1]);
+            scale_acc(acc[m][mt][j], cf, w[0], w[1], xs[j][blk]);
             continue;
           }
           if constexpr (ABL & 16) {
@@ -363,10 +369,7 @@ __device__ __forceinline__ void mx1_step(const uint2 (&wv)[NM][4], const uint32_
             float cf[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) cf[i] = __int_as_float(c[i]);
-            acc[m][mt][j][0] += cf[0] * (w[0] * xs[j][blk][0]);
-            acc[m][mt][j][1] += cf[1] * (w[0] * xs[j][blk][1]);
-            acc[m][mt][j][2] += cf[2] * (w[1] * xs[j][blk][0]);
-            acc[m][mt][j][3] += cf[3] * (w[1] * xs[j][blk][1]);
+            scale_acc(acc[m][mt][j], cf, w[0], w[1], xs[j][blk]);
           } else if constexpr (ABL & 2) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[m][mt][j][i] += __int_as_float(c[i]);
