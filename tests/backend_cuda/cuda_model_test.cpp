@@ -271,6 +271,74 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
   }
 }
 
+// The f16 activation copies (CudaBackendOptions::activation_copies): in batched decode
+// rounds of 9..64 sequences the f16 q / k / v and wo calls read their input as the f16
+// copy the MoE block's combine and the attention wrote, instead of a to_half launch's.
+// Against the same model on a backend without copies: the same logits bit for bit (the
+// same halves into the same kernels), with and without graphs, over rounds of changing
+// size and composition (a copy must never be read by a call it was not made for); the
+// copies must have been read.
+TEST(CudaModel, ActivationCopiesChangeNoBits) {
+  BRASS_REQUIRE_CUDA();
+  backend::testing::Rng rng;
+  SEED_TRACE(rng);
+  TempFile file("cuda_act_copies");
+  const TinySpec spec = batched_spec();
+  ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
+  const int64_t V = spec.n_vocab;
+  constexpr int kSeqs = 20, kSteps = 8;
+  for (bool graphs : {true, false}) {
+    ModelOptions o;
+    o.kv_type = DType::F16;
+    o.n_ctx = 512;  // (the pool: 16 contexts' positions, in blocks: one a sequence at least)
+    o.max_chunk_tokens = 32;
+    o.use_graphs = graphs;
+    std::unique_ptr<Model> m[2];  // with copies, without
+    for (int c = 0; c < 2; ++c) {
+      backend::CudaBackendOptions co;
+      co.int8_activations = true;
+      co.activation_copies = c == 0;
+      m[c] = testing::load_with(file.path, o, &co);
+      ASSERT_TRUE(m[c]);
+    }
+    std::map<int32_t, int32_t> len, next;
+    for (int32_t id = 0; id < kSeqs; ++id) {
+      std::vector<int32_t> prompt(rng.integer(1, 20));
+      for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
+      SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
+      ForwardOutput out;
+      for (auto& mm : m) {
+        ASSERT_TRUE(mm->add_sequence(id).is_ok());
+        const Status st = mm->forward(std::span(&ch, 1), out);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+      }
+      len[id] = static_cast<int32_t>(prompt.size());
+      next[id] = argmax(out.row(0), V);
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<int32_t> ids;
+      for (const auto& [id, l] : len) ids.push_back(id);
+      std::shuffle(ids.begin(), ids.end(), rng.gen);
+      ids.resize(step % 3 == 0 ? kSeqs : rng.integer(9, kSeqs - 1));
+      std::vector<SeqChunk> chunks;
+      for (int32_t id : ids) chunks.push_back({.seq_id = id, .tokens = std::span(&next[id], 1), .pos0 = len[id]});
+      ForwardOutput out[2];
+      for (int c = 0; c < 2; ++c) {
+        const Status st = m[c]->forward(chunks, out[c]);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+      }
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const std::vector<float> a(out[0].row(i), out[0].row(i) + V), b(out[1].row(i), out[1].row(i) + V);
+        ASSERT_EQ(a, b) << "graphs " << graphs << " step " << step << " seq " << ids[i] << " of " << ids.size();
+        next[ids[i]] = argmax(out[0].row(i), V);
+        ++len[ids[i]];
+      }
+    }
+    EXPECT_GT(backend::cuda_activation_copies_read(m[0]->backend()), 0) << "graphs " << graphs;
+    EXPECT_EQ(backend::cuda_activation_copies_read(m[1]->backend()), 0) << "graphs " << graphs;
+  }
+}
+
 // Pipelined decode (Model::submit / collect) on the GPU, graphs on: each round is issued
 // before the previous one's picks are back, its feed chunks' tokens copied on the device
 // from those picks. Against forward() rounds of the same batches given the picks from the

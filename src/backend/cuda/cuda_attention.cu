@@ -35,6 +35,7 @@ __device__ __forceinline__ float load_kv(const __half* p) { return __half2float(
 struct AttnParams {
   const float* q;        // seq's first token row
   float* out;            // its output row (multi-sequence launches only)
+  __half* out_h;         // null, or out in f16 too (batched decode: the wo call's input)
   float* partial;        // (n_tok, n_head, n_splits, D + 2)
   const void* k;
   const void* v;
@@ -276,7 +277,9 @@ __global__ void attn_combine_multi_kernel(const AttnParams* __restrict__ table, 
   const int h = blockIdx.y, d = threadIdx.x;
   const int32_t pq = p.pos ? p.pos[0] : p.pos0;
   const float* pp = p.partial + static_cast<int64_t>(h) * p.n_splits * (D + 2);
-  p.out[static_cast<int64_t>(h) * D + d] = combine_splits<D>(pp, sinks, h, d, pq, p.window, p.n_splits, p.min_keys);
+  const float o = combine_splits<D>(pp, sinks, h, d, pq, p.window, p.n_splits, p.min_keys);
+  p.out[static_cast<int64_t>(h) * D + d] = o;
+  if (p.out_h) p.out_h[static_cast<int64_t>(h) * D + d] = __float2half_rn(o);
 }
 
 // Splits depend only on the capacity (fixed for a captured graph): about one 128-key
@@ -381,7 +384,9 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   if (used == 1) {  // the only split: out = the block's merge with the sink
     for (int i = tid; i < n_rep * D; i += kThreads) {
       const int r = i / D, d = i % D;
-      p.out[static_cast<int64_t>(h0 + r) * D + d] = merged(r, d) / hl[r];
+      const float o = merged(r, d) / hl[r];
+      p.out[static_cast<int64_t>(h0 + r) * D + d] = o;
+      if (p.out_h) p.out_h[static_cast<int64_t>(h0 + r) * D + d] = __float2half_rn(o);
     }
     return;
   }
@@ -491,7 +496,11 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   }
   const float den = pden[r];
 #pragma unroll
-  for (int v = 0; v < V; ++v) p.out[static_cast<int64_t>(h0 + r) * D + d0 + v] = num[v] / den;
+  for (int v = 0; v < V; ++v) {
+    const float o = num[v] / den;
+    p.out[static_cast<int64_t>(h0 + r) * D + d0 + v] = o;
+    if (p.out_h) p.out_h[static_cast<int64_t>(h0 + r) * D + d0 + v] = __float2half_rn(o);
+  }
   BRASS_PROBE_MARK(6, 4);
 }
 
@@ -1305,6 +1314,7 @@ static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* par
   AttnParams p;
   p.q = a.q + s.tok0 * a.n_head * a.head_dim;
   p.out = a.out + s.tok0 * a.n_head * a.head_dim;
+  p.out_h = a.out_h ? a.out_h + s.tok0 * a.n_head * a.head_dim : nullptr;
   p.partial = partial;
   p.k = s.k;
   p.v = s.v;

@@ -153,17 +153,18 @@ class CudaGraph final : public Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
-              int64_t mma_h16_min_tok, bool moe_tiles)
+              int64_t mma_h16_min_tok, bool moe_tiles, bool copies)
       : device_(device),
         q8x_(q8x),
         moe_tiles_(moe_tiles),
+        copies_(copies),
         mma_moe_min_tok_(mma_moe_min_tok),
         mma_dense_max_tok_(mma_dense_max_tok),
         mma_h16_min_tok_(mma_h16_min_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &head_parts_, &head_ticket_,
-                        &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_})
+                        &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_, &shadow_buf_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -196,6 +197,7 @@ class CudaBackend final : public Backend {
     return std::unique_ptr<Buffer>(std::make_unique<CudaBuffer>(p, bytes));
   }
   void upload(void* dst, const void* src, size_t bytes) override {
+    shadow_ = {};  // (it may overwrite a shadowed activation)
     if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st_));
   }
   void download(void* dst, const void* src, size_t bytes) override {
@@ -205,6 +207,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { BRASS_CUDA_CHECK(cudaStreamSynchronize(st_)); }
   void copy(void* dst, const void* src, size_t bytes) override {
+    shadow_ = {};
     if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st_));
   }
   // Into a pinned staging slot (a copy to pageable memory would wait for the stream), then
@@ -306,7 +309,8 @@ class CudaBackend final : public Backend {
     if (q8x_ && use_dense_mma(p)) {
       const bool h16 = p.n_tok >= mma_h16_min_tok_;
       const std::span<const MatmulP> one(&p, 1);
-      launch_matmul_mma(one, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(one, h16))), st_);
+      launch_matmul_mma(one, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(one, h16))), st_,
+                        h16 ? shadow_of(a.x) : nullptr);
       return;
     }
     if (tc_ && tc_->matmul(p)) return;
@@ -348,11 +352,17 @@ class CudaBackend final : public Backend {
       }
     }
     if (rest.empty()) return;
-    const AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, rest, a.pos};
+    AttentionP p{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, rest, a.pos};
     if (rest.size() > 1) {  // batched decode: one launch for every sequence
+      const int64_t n_tok = static_cast<int64_t>(rest.size());
+      // (Also when a graph update rebuilds the table: the copy's address is in it.)
+      if (shadows_for(n_tok)) p.out_h = shadow_area(n_tok * a.n_head * a.head_dim);
       float* mp = static_cast<float*>(attn_.get(attention_multi_scratch_floats(p) * sizeof(float)));
       TableTo put(*this, attntab_);
-      if (launch_attention_multi(p, mp, put, st_)) return;
+      if (launch_attention_multi(p, mp, put, st_)) {
+        if (p.out_h && !updating_) set_shadow(a.out, p.out_h);
+        return;
+      }
     }
     if (by_value_launch()) return;
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
@@ -417,9 +427,13 @@ class CudaBackend final : public Backend {
       const MoePrep prep = prepared ? moe_mma_prep(p.moe, moe_mma_scratch(p.moe)) : MoePrep{};
       if (launch_norm_router_rows(p, nr_counter_.as<unsigned>(static_cast<size_t>(norm_router_rows_counters(p))),
                                   st_, prepared ? &prep : nullptr)) {
-        const MoeTail tail{a.y, a.next_norm, a.next_xn, a.eps};
+        MoeTail tail{a.y, a.next_norm, a.next_xn, a.eps};
+        if (a.next_norm && shadows_for(a.moe.n_tok)) tail.xh = shadow_area(a.moe.n_tok * a.router.ne[0]);
         const bool fused = a.next_norm || a.accumulate;
-        if (!moe_then(a.moe, fused && tail_on ? &tail : nullptr, prepared)) moe_block_tail(a);
+        if (!moe_then(a.moe, fused && tail_on ? &tail : nullptr, prepared))
+          moe_block_tail(a);
+        else if (tail.xh)
+          set_shadow(a.next_xn, tail.xh);
         return;
       }
     }
@@ -475,7 +489,8 @@ class CudaBackend final : public Backend {
       const bool mma = q8x_ && use_dense_mma(m[0]) && use_dense_mma(m[1]) && use_dense_mma(m[2]);
       if (mma && matmul_mma_fusable(m)) {
         const bool h16 = a.n_tok >= mma_h16_min_tok_;
-        launch_matmul_mma(m, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16))), st_);
+        launch_matmul_mma(m, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16))), st_,
+                          h16 ? shadow_of(a.x) : nullptr);
         attn_qkv_rope_store(a);
         return;
       }
@@ -559,6 +574,7 @@ class CudaBackend final : public Backend {
   }
 
   CudaUploadStats stats() const { return {upload_bytes_, upload_seconds_}; }
+  int64_t copies_read() const { return copies_read_; }
 
  private:
   // Where a multi-sequence launch's table goes: eagerly into `eager` scratch (copied on
@@ -636,6 +652,7 @@ class CudaBackend final : public Backend {
   int device_;
   bool q8x_;
   bool moe_tiles_;  // CudaBackendOptions::moe_tiles
+  bool copies_;     // CudaBackendOptions::activation_copies (and BRASS_CUDA_SHADOW)
   // The weights prepare_weight gave a tile copy (device pointer -> the copy, DevW::tiles);
   // the MoE ops look their experts up here.
   std::unordered_map<const void*, const uint8_t*> tiles_;
@@ -652,6 +669,38 @@ class CudaBackend final : public Backend {
   Scratch head_parts_, head_ticket_;  // output_head with a pick: the blocks' best; the ticket
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
+  // f16 copies of activations, written by their producer for the f16 dense call that reads
+  // them next (moe_block's combine: the next layer's q / k / v input; batched attention:
+  // the wo input), so that call launches no to_half. One area: each copy is read by the
+  // call right after its producer, before the other producer runs. shadow_: the copy of
+  // x, valid while g_launches is still `at` (no launch since the producer's); graphs
+  // replay the pairs as recorded.
+  Scratch shadow_buf_;
+  struct Shadow {
+    const float* x = nullptr;
+    const __half* h = nullptr;
+    uint64_t at = 0;
+  } shadow_;
+  // Whether producers write copies for n_tok-token calls: where the dense calls take the
+  // f16 MMA kernels (CudaBackendOptions::activation_copies).
+  bool shadows_for(int64_t n_tok) const {
+    return copies_ && q8x_ && n_tok >= 2 && n_tok >= mma_h16_min_tok_ && n_tok <= mma_dense_max_tok_;
+  }
+  // The area: kShadowElems halves (64 tokens of 8,192), allocated once, at first use: a
+  // graph's dense call holds its address as a parameter while the attention finds it in
+  // its table, which a graph update rebuilds, so the address must never change (a grown
+  // area gave an updated graph's wo stale input). Null: a copy that would not fit.
+  static constexpr int64_t kShadowElems = int64_t{64} * 8192;
+  __half* shadow_area(int64_t elems) {
+    return elems <= kShadowElems ? shadow_buf_.as<__half>(static_cast<size_t>(kShadowElems)) : nullptr;
+  }
+  void set_shadow(const float* x, const __half* h) { shadow_ = {x, h, g_launches}; }
+  const __half* shadow_of(const float* x) {
+    if (!x || x != shadow_.x || shadow_.at != g_launches) return nullptr;
+    ++copies_read_;
+    return shadow_.h;
+  }
+  int64_t copies_read_ = 0;  // calls that read a copy (cuda_activation_copies_read)
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   struct PendingDownload {  // download_async's staging slot (ticket 0: free)
     void* pinned = nullptr;
@@ -705,7 +754,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   bool tiles = o.moe_tiles;
   if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
   return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles));
+      std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles,
+                                    o.activation_copies && knob_on("BRASS_CUDA_SHADOW")));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
@@ -736,6 +786,11 @@ int64_t cuda_device_memory(int device) {
 CudaUploadStats cuda_upload_stats(const Backend& b) {
   if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->stats();
   return {};
+}
+
+int64_t cuda_activation_copies_read(const Backend& b) {
+  if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->copies_read();
+  return 0;
 }
 
 }  // namespace brass::backend

@@ -64,6 +64,12 @@ struct CudaBackendOptions {
   // +651 MB for gpt-oss), read by its 8..64-token calls (batched decode): BENCHMARKS.md,
   // session 31.
   bool moe_tiles = false;
+  // Batched decode's f16 dense calls (mma_h16_min_tok..mma_dense_max_tok tokens) read
+  // their input as an f16 copy written by the kernel that produced it (the MoE block's
+  // combine: q / k / v; the batched attention: wo) instead of converting it in a to_half
+  // launch of their own: the same halves, one launch fewer a call. BRASS_CUDA_SHADOW=0
+  // turns it off.
+  bool activation_copies = true;
 };
 
 // Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
@@ -83,5 +89,7 @@ struct CudaUploadStats {
   double seconds = 0.0;
 };
 CudaUploadStats cuda_upload_stats(const Backend& b);
+// Dense calls of a CUDA backend that read an f16 activation copy (activation_copies) so far.
+int64_t cuda_activation_copies_read(const Backend& b);
 
 }  // namespace brass::backend

@@ -207,11 +207,13 @@ __global__ void moe_combine_kernel(const float* __restrict__ o, const int32_t* _
 // block (1024 threads) per token t; y[t] += combine(t); xn[t] = rmsnorm(y[t]) * w. The
 // arithmetic of moe_combine_kernel<4> then rms_norm_kernel<true> (the same thread
 // layout: the same sums), without the combine's output round trip or a launch between.
+// xh (NORM, or null): xn in f16 too, rounded as to_half_kernel rounds (the next layer's
+// q / k / v call reads it instead of launching to_half).
 template <bool NORM>
 __global__ void __launch_bounds__(1024) moe_combine_residual_kernel(
     const float* __restrict__ o, const int32_t* __restrict__ inv, const int32_t* __restrict__ ids,
     const float* __restrict__ wts, const float* __restrict__ db, int64_t k, int64_t n, float* y,
-    const float* __restrict__ w, float* xn, float eps) {
+    const float* __restrict__ w, float* xn, float eps, __half* xh) {
   pdl_trigger();  // dependents may start prefetching
   pdl_wait();     // (a PDL launch: its launch overlaps down's tail)
   __shared__ float sh[32];
@@ -231,7 +233,16 @@ __global__ void __launch_bounds__(1024) moe_combine_residual_kernel(
     ss = block_sum(ss, sh);
     const float r = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
     float* out = xn + t * n;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = yr[i] * r * w[i];
+    if (xh) {
+      __half* oh = xh + t * n;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = yr[i] * r * w[i];
+        out[i] = v;
+        oh[i] = __float2half_rn(v);
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = yr[i] * r * w[i];
+    }
   }
 }
 
@@ -309,10 +320,11 @@ bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32
     return false;
   if (tail.norm)
     launch_pdl(moe_combine_residual_kernel<true>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
-               wts, db, k, n_embd, tail.y, tail.norm, tail.xn, tail.eps);
+               wts, db, k, n_embd, tail.y, tail.norm, tail.xn, tail.eps, tail.xh);
   else
     launch_pdl(moe_combine_residual_kernel<false>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
-               wts, db, k, n_embd, tail.y, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0.f);
+               wts, db, k, n_embd, tail.y, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0.f,
+               static_cast<__half*>(nullptr));
   BRASS_CUDA_LAUNCHED();
   return true;
 }

@@ -6,6 +6,7 @@
 // Device weight layouts: see cuda_common.cuh.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,9 +30,18 @@
     }                                                                                          \
   } while (0)
 // After a launch: configuration errors show up here (async faults at the next sync).
-#define BRASS_CUDA_LAUNCHED() BRASS_CUDA_CHECK(cudaGetLastError())
+#define BRASS_CUDA_LAUNCHED()                       \
+  do {                                              \
+    ++::brass::backend::cuda::g_launches;           \
+    BRASS_CUDA_CHECK(cudaGetLastError());           \
+  } while (0)
 
 namespace brass::backend::cuda {
+
+// Kernel launches issued so far by this process (host side: every launch_pdl* and every
+// BRASS_CUDA_LAUNCHED). The backend's f16 activation copies (CudaBackend::shadow_of) are
+// valid only while no launch followed the one that wrote them.
+inline uint64_t g_launches = 0;
 
 // A/B measurement knob: on unless the environment variable is "0" (callers read it once,
 // into a static).
@@ -82,6 +92,7 @@ void launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cl
   }
   cfg.attrs = at;
   cfg.numAttrs = n;
+  ++g_launches;
   BRASS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 template <class... KArgs, class... Args>
@@ -191,6 +202,7 @@ struct KvStoreP {
 struct AttentionP {
   const float* q; const float* sinks; float* out; DType kv_type; int64_t n_head, n_head_kv, head_dim;
   int32_t window; float scale; std::span<const SeqP> seqs; const int32_t* pos;
+  __half* out_h = nullptr;  // batched decode (launch_attention_multi): out in f16 too, the wo call's input
 };
 struct AttnQkvP {
   const float* x; DevW wq, wk, wv; const float* bq; const float* bk; const float* bv;
@@ -359,7 +371,8 @@ void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, 
                         float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st);
 // The MoE block's tail (backend.h MoeBlockArgs): y += the combined output, then with norm
 // set xn = rmsnorm(y) * norm; the combine's output is not written.
-struct MoeTail { float* y; const float* norm; float* xn; float eps; };
+// xh (or null): xn in f16 too (the next q / k / v call's input, as to_half rounds it).
+struct MoeTail { float* y; const float* norm; float* xn; float eps; __half* xh = nullptr; };
 // The combine fused with the tail in one launch; false (nothing done) where it does not
 // apply (n_embd % 4, alignment, xn aliasing y).
 bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32_t* ids, const float* wts,
@@ -398,7 +411,10 @@ bool matmul_mma_fusable(std::span<const MatmulP> ms);
 // h16: Q8_0 weights on the f16 kernel (tensor-core numerics) instead of the int8 one.
 // ms: one matmul, or up to three that are matmul_mma_fusable.
 int64_t matmul_mma_scratch_bytes(std::span<const MatmulP> ms, bool h16);
-void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st);
+// xh: ms[0].x in f16 already (a producer's copy, CudaBackend::shadow_of), or null: the
+// f16 kernels' calls then skip their to_half launch.
+void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st,
+                       const __half* xh = nullptr);
 
 // ---- cuda_sample.cu (backend/sampling.h's draw; one block per row, capturable) ----
 void launch_sample(const SampleP& a, cudaStream_t st);

@@ -556,13 +556,15 @@ void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq,
   }
 }
 
-void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh, float* part, unsigned* tickets,
-                 cudaStream_t st) {
-  if (pl.wg) {
-    launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh, st);
+// ready: a.x in f16 already (the producer wrote it), else xh takes it from to_half.
+void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh_scratch, const __half* ready,
+                 float* part, unsigned* tickets, cudaStream_t st) {
+  if (pl.wg) {  // (its own K order: to_half_wg)
+    launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh_scratch, st);
     return;
   }
-  launch_to_half(a.x, nullptr, 1, xh, false, a.n_tok, a.w.n_in, st);
+  if (!ready) launch_to_half(a.x, nullptr, 1, xh_scratch, false, a.n_tok, a.w.n_in, st);
+  const __half* xh = ready ? ready : xh_scratch;
   if (pl.wide) {
     switch (pl.nt) {
       case 1: launch_h16_wide<1>(ps, a.n_tok, pl, xh, st); break;
@@ -643,7 +645,7 @@ bool matmul_mma_fusable(std::span<const MatmulP> ms) {
   return true;
 }
 
-void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st) {
+void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st, const __half* xh) {
   const MatmulP& a = ms[0];
   if (a.n_tok <= 0) return;
   uint8_t* s = static_cast<uint8_t*>(scratch);
@@ -654,7 +656,7 @@ void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cud
   const Plan pl = plan(ms, h16);
   const Parts ps = parts_of(ms);
   if (pl.h16)
-    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), part, tickets, st);
+    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), xh, part, tickets, st);
   else if (a.w.type == kQ8)
     launch_typed<kQ8>(a, ps, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
   else
