@@ -131,7 +131,7 @@ int main() {
         pr.timeit(name, 64, bytes / 1e6, [&](int r) {
           const cudaError_t e = launch_cluster(matmul_h16_wide_kernel<NT, false>, dim3(gy, gx, ks), ks,
                                                parts(pr.buf + (r % kCopies) * bytes),
-                                               static_cast<const __half*>(xh), n_tok);
+                                               static_cast<const __half*>(xh), n_tok, RopeEpi{});
           if (e != cudaSuccess) std::printf("launch: %s\n", cudaGetErrorString(e));
         });
       }

@@ -271,19 +271,22 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
   }
 }
 
-// The f16 activation copies (CudaBackendOptions::activation_copies): in batched decode
-// rounds of 9..64 sequences the f16 q / k / v and wo calls read their input as the f16
-// copy the MoE block's combine and the attention wrote, instead of a to_half launch's.
-// Against the same model on a backend without copies: the same logits bit for bit (the
-// same halves into the same kernels), with and without graphs, over rounds of changing
-// size and composition (a copy must never be read by a call it was not made for); the
-// copies must have been read.
-TEST(CudaModel, ActivationCopiesChangeNoBits) {
+// Batched decode's fusions of 9..64 sequences: the f16 activation copies
+// (CudaBackendOptions::activation_copies: the f16 q / k / v and wo calls read their
+// input as the f16 copy the MoE block's combine and the attention wrote, instead of a
+// to_half launch's) and the RoPE + KV store in the q / k / v call (fuse_qkv_rope).
+// Against the same model on a backend without either: the same logits bit for bit (the
+// same halves into the same kernels, the same rope arithmetic), with and without graphs,
+// over rounds of changing size and composition (a copy must never be read by a call it
+// was not made for; a graph update must refill what the fused call reads); both fusions
+// must have run.
+TEST(CudaModel, DecodeFusionsChangeNoBits) {
   BRASS_REQUIRE_CUDA();
   backend::testing::Rng rng;
   SEED_TRACE(rng);
-  TempFile file("cuda_act_copies");
-  const TinySpec spec = batched_spec();
+  TempFile file("cuda_decode_fusions");
+  TinySpec spec = batched_spec();
+  spec.n_embd = 256;  // q / k / v of 4 chunks of K: split over 2 blocks (128: 2 chunks, no split, no fused RoPE)
   ASSERT_TRUE(make_tiny(spec, rng.seed).write(file.path).is_ok());
   const int64_t V = spec.n_vocab;
   constexpr int kSeqs = 20, kSteps = 8;
@@ -293,11 +296,12 @@ TEST(CudaModel, ActivationCopiesChangeNoBits) {
     o.n_ctx = 512;  // (the pool: 16 contexts' positions, in blocks: one a sequence at least)
     o.max_chunk_tokens = 32;
     o.use_graphs = graphs;
-    std::unique_ptr<Model> m[2];  // with copies, without
+    std::unique_ptr<Model> m[2];  // with the fusions, without
     for (int c = 0; c < 2; ++c) {
       backend::CudaBackendOptions co;
       co.int8_activations = true;
       co.activation_copies = c == 0;
+      co.fuse_qkv_rope = c == 0;
       m[c] = testing::load_with(file.path, o, &co);
       ASSERT_TRUE(m[c]);
     }
@@ -334,8 +338,11 @@ TEST(CudaModel, ActivationCopiesChangeNoBits) {
         ++len[ids[i]];
       }
     }
-    EXPECT_GT(backend::cuda_activation_copies_read(m[0]->backend()), 0) << "graphs " << graphs;
-    EXPECT_EQ(backend::cuda_activation_copies_read(m[1]->backend()), 0) << "graphs " << graphs;
+    const backend::CudaFusionCounts on = backend::cuda_fusion_counts(m[0]->backend()),
+                                    off = backend::cuda_fusion_counts(m[1]->backend());
+    EXPECT_GT(on.copies_read, 0) << "graphs " << graphs;
+    EXPECT_GT(on.qkv_ropes, 0) << "graphs " << graphs;
+    EXPECT_EQ(off.copies_read + off.qkv_ropes, 0) << "graphs " << graphs;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/oai_swiglu.h"
@@ -271,6 +272,122 @@ TEST(CudaTensorCores, FusedQkvMatchesRoundedTwin) {
     gpu->download(cache.data(), gk->data(), cache.size() * 4);
     EXPECT_EQ(std::vector<float>(cache.begin() + c.pos0 * KV, cache.end()), dk.get<float>(k.size()))
         << "K cache rows != roped k";
+  }
+}
+
+// Batched decode's q / k / v of n one-token sequences at scattered positions (ring and
+// linear caches side by side, f16 and f32): on the f16 256-row kernel split over K the
+// call's split sum also rotates q and k and stores k and v in each sequence's cache row
+// (CudaBackendOptions::fuse_qkv_rope); otherwise rope_store_multi_kernel does it after
+// the call. Against the rounded twin of each projection roped by the reference backend,
+// against a backend without the fusion (the same bits: the same sums, the same rope
+// arithmetic), and every cache byte outside the tokens' rows untouched. Shapes: gpt-oss's
+// (40 sequences: two 32-token passes; 9: one partial pass) and a small one (K split 2);
+// the fusion must have run where the call is split (cuda_fusion_counts).
+TEST(CudaTensorCores, BatchedQkvRopeStoreMatchesRoundedTwin) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  std::unique_ptr<Backend> be[2];  // fused, not fused
+  for (int b = 0; b < 2; ++b) {
+    CudaBackendOptions o;
+    o.fuse_qkv_rope = b == 0;
+    auto r = make_cuda_backend(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    be[b] = std::move(r).value();
+  }
+  auto cpu = testing::reference_backend();
+  const auto freqs = model::compute_rope_freqs(model::RopeParams{});
+  struct Case { int64_t n_embd, n_head, n_head_kv, n; DType kv; };
+  for (const Case& c : {Case{2880, 64, 8, 40, DType::F16}, Case{2880, 64, 8, 9, DType::F32},
+                        Case{256, 4, 2, 12, DType::F16}}) {
+    SCOPED_TRACE(::testing::Message() << "n_embd " << c.n_embd << " seqs " << c.n << " kv " << dtype_name(c.kv));
+    constexpr int64_t hd = 64;
+    const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd, n = c.n, esz = c.kv == DType::F16 ? 2 : 4;
+    W wq(rng, DType::Q8_0, c.n_embd, Q, 1, 1.0f), wk(rng, DType::Q8_0, c.n_embd, KV, 1, 1.0f),
+        wv(rng, DType::Q8_0, c.n_embd, KV, 1, 1.0f);
+    const auto x = rng.vec(n * c.n_embd, -3, 3);
+    const auto bq = rng.vec(Q), bk = rng.vec(KV), bv = rng.vec(KV);
+    auto q = dense_twin(wq, x, bq, n, false), k = dense_twin(wk, x, bk, n, false);
+    const auto v = dense_twin(wv, x, bv, n, false);
+    std::vector<int32_t> pos(n);
+    for (auto& p : pos) p = rng.integer(0, 300);
+    cpu->rope({.x = q.data(), .pos = pos.data(), .inv_freq = freqs.inv_freq.data(), .mscale = freqs.mscale,
+               .n_tok = n, .n_heads = c.n_head, .head_dim = hd});
+    cpu->rope({.x = k.data(), .pos = pos.data(), .inv_freq = freqs.inv_freq.data(), .mscale = freqs.mscale,
+               .n_tok = n, .n_heads = c.n_head_kv, .head_dim = hd});
+    constexpr int32_t kCap = 128;  // ring sequences' slots
+    std::vector<std::vector<uint8_t>> init(2 * n);  // k, v caches: random bytes (a stray write shows)
+    std::vector<int64_t> slot(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ring = i % 2 == 1;
+      slot[i] = ring ? pos[i] % kCap : pos[i];
+      for (int h = 0; h < 2; ++h) {
+        init[2 * i + h].resize((ring ? kCap : pos[i] + 1) * KV * esz);
+        for (auto& byte : init[2 * i + h]) byte = static_cast<uint8_t>(rng.integer(0, 63));
+      }
+    }
+    std::vector<float> got[2][3];
+    std::vector<std::vector<uint8_t>> caches[2];
+    for (int b = 0; b < 2; ++b) {
+      Backend& gpu = *be[b];
+      std::vector<std::unique_ptr<Buffer>> bufs;
+      std::vector<AttnSeq> seqs(n);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int h = 0; h < 2; ++h) {
+          bufs.push_back(std::move(gpu.alloc(init[2 * i + h].size())).value());
+          gpu.upload(bufs.back()->data(), init[2 * i + h].data(), init[2 * i + h].size());
+        }
+        seqs[i] = AttnSeq{.tok0 = i, .n_tok = 1, .pos0 = pos[i], .k = bufs[2 * i]->data(), .v = bufs[2 * i + 1]->data(),
+                          .capacity = static_cast<int32_t>(init[2 * i].size() / (KV * esz)), .ring = i % 2 == 1};
+      }
+      Dev dx = Dev::from(gpu, x), dbq = Dev::from(gpu, bq), dbk = Dev::from(gpu, bk), dbv = Dev::from(gpu, bv),
+          dp = Dev::from(gpu, pos), dfr = Dev::from(gpu, freqs.inv_freq), dq = Dev::poisoned<float>(gpu, q.size()),
+          dk = Dev::poisoned<float>(gpu, k.size()), dv = Dev::poisoned<float>(gpu, v.size());
+      gpu.attn_qkv({.x = dx.as<float>(), .wq = on_gpu(gpu, wq.view), .wk = on_gpu(gpu, wk.view),
+                    .wv = on_gpu(gpu, wv.view), .bq = dbq.as<float>(), .bk = dbk.as<float>(), .bv = dbv.as<float>(),
+                    .q = dq.as<float>(), .k = dk.as<float>(), .v = dv.as<float>(), .pos = dp.as<int32_t>(),
+                    .inv_freq = dfr.as<float>(), .mscale = freqs.mscale, .n_tok = n, .n_head = c.n_head,
+                    .n_head_kv = c.n_head_kv, .head_dim = hd, .kv_type = c.kv, .seqs = seqs});
+      got[b][0] = dq.get<float>(q.size());
+      got[b][1] = dk.get<float>(k.size());
+      got[b][2] = dv.get<float>(v.size());
+      for (int64_t j = 0; j < 2 * n; ++j) {
+        caches[b].emplace_back(init[j].size());
+        gpu.download(caches[b].back().data(), bufs[j]->data(), init[j].size());
+      }
+    }
+    EXPECT_GT(cuda_fusion_counts(*be[0]).qkv_ropes, 0) << "the fused call did not run";
+    EXPECT_EQ(cuda_fusion_counts(*be[1]).qkv_ropes, 0);
+    // f32 sums of 2,880 f16 products vs the twin's double sums, then rope.
+    expect_close(got[0][0], q, 1e-5, 1e-4, "q");
+    expect_close(got[0][1], k, 1e-5, 1e-4, "k");
+    expect_close(got[0][2], v, 1e-5, 1e-4, "v");
+    for (int m = 0; m < 3; ++m) EXPECT_EQ(got[0][m], got[1][m]) << "fused vs not, output " << m;
+    for (int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE(::testing::Message() << "sequence " << i << " pos " << pos[i] << " slot " << slot[i]);
+      for (int h = 0; h < 2; ++h) {
+        const std::vector<uint8_t>& c0 = caches[0][2 * i + h];
+        EXPECT_EQ(c0, caches[1][2 * i + h]) << (h ? "v" : "k") << " cache: fused vs not";
+        const int64_t row = KV * esz;
+        ASSERT_EQ(0, std::memcmp(c0.data(), init[2 * i + h].data(), slot[i] * row)) << "rows before the token's written";
+        ASSERT_EQ(0, std::memcmp(c0.data() + (slot[i] + 1) * row, init[2 * i + h].data() + (slot[i] + 1) * row,
+                                 c0.size() - (slot[i] + 1) * row))
+            << "rows after the token's written";
+        std::vector<float> a(KV), want(got[0][1 + h].begin() + i * KV, got[0][1 + h].begin() + (i + 1) * KV);
+        for (int64_t e = 0; e < KV; ++e) {
+          const uint8_t* p = c0.data() + slot[i] * row + e * esz;
+          if (esz == 2) {
+            uint16_t hv;
+            std::memcpy(&hv, p, 2);
+            a[e] = f16_to_f32(hv);
+          } else {
+            std::memcpy(&a[e], p, 4);
+          }
+        }
+        expect_close(a, want, esz == 2 ? 2e-3 : 0, 1e-6, h ? "v cache row" : "k cache row");
+      }
+    }
   }
 }
 

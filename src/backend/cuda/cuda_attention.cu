@@ -1061,16 +1061,6 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
-// Where one token's K / V rows go (the batched tables below): its sequence's caches and
-// its position (read from pos[0] on the device when set, else pos0).
-struct KvDestDev {
-  void* kc;
-  void* vc;
-  const int32_t* pos;  // or null: pos0
-  KvAddr kv;
-  int32_t pos0;
-  __device__ int32_t position() const { return pos ? pos[0] : pos0; }
-};
 KvDestDev kv_dest(const SeqP& s, const int32_t* pos) { return KvDestDev{s.k, s.v, pos, kv_addr(s), s.pos0}; }
 
 struct KvRowDev {  // one token of a multi-sequence kv_store
@@ -1092,14 +1082,6 @@ __global__ void kv_store_multi_kernel(const KvRowDev* __restrict__ table, int64_
 }
 
 // ---- batched decode: RoPE of q and k and the KV store in one launch ----
-// One row per token (every sequence has one): its q / k / v rows and its cache.
-struct RopeRowDev {
-  float* q;
-  float* k;
-  const float* v;
-  KvDestDev dst;
-};
-
 // grid (n_tok, q head groups + k head groups of hpb heads): block (t, y) rotates its
 // heads' pairs of token t (cos / sin per frequency in shared memory, as rope_kernel);
 // a k group also writes its heads' rotated k and their v into the cache. Replaces two
@@ -1412,18 +1394,27 @@ bool launch_kv_store_multi(const KvStoreP& a, TablePut& put, cudaStream_t st) {
   return true;
 }
 
-bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st) {
-  if (!all_single(a.seqs) || !a.pos || a.head_dim % 2 != 0 || a.head_dim > 512) return false;
+bool rope_rows_apply(const RopeStoreP& a) {
+  return all_single(a.seqs) && a.pos && a.head_dim % 2 == 0 && a.head_dim <= 512;
+}
+
+const void* put_rope_rows(const RopeStoreP& a, TablePut& put) {
   const int64_t qrow = a.n_head * a.head_dim, row = a.n_head_kv * a.head_dim;
   std::vector<RopeRowDev> t(a.seqs.size());
   for (size_t i = 0; i < a.seqs.size(); ++i) {
     const SeqP& s = a.seqs[i];
     t[i] = RopeRowDev{a.q + s.tok0 * qrow, a.k + s.tok0 * row, a.v + s.tok0 * row, kv_dest(s, a.pos + s.tok0)};
   }
+  // (kinds 1-3: kv_store, attention; the shape: the token count)
+  return put.put(t.data(), t.size() * sizeof(RopeRowDev), (uint64_t{4} << 40) | t.size());
+}
+
+bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st) {
+  if (!rope_rows_apply(a)) return false;
   const int half = static_cast<int>(a.head_dim / 2), hpb = std::max(1, 256 / half);
   const int groups = static_cast<int>((a.n_head + hpb - 1) / hpb + (a.n_head_kv + hpb - 1) / hpb);
-  const dim3 grid(static_cast<unsigned>(t.size()), static_cast<unsigned>(groups));
-  const void* table = put.put(t.data(), t.size() * sizeof(RopeRowDev), (uint64_t{4} << 40) | grid.x);  // (kinds 1-3: kv_store, attention)
+  const dim3 grid(static_cast<unsigned>(a.seqs.size()), static_cast<unsigned>(groups));
+  const void* table = put_rope_rows(a, put);
   if (!table) return true;
   const int threads = std::min(256, std::max(32, hpb * half));
   const size_t smem = static_cast<size_t>(a.head_dim) * sizeof(float);

@@ -153,11 +153,12 @@ class CudaGraph final : public Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
-              int64_t mma_h16_min_tok, bool moe_tiles, bool copies)
+              int64_t mma_h16_min_tok, bool moe_tiles, bool copies, bool fuse_rope)
       : device_(device),
         q8x_(q8x),
         moe_tiles_(moe_tiles),
         copies_(copies),
+        fuse_rope_(fuse_rope),
         mma_moe_min_tok_(mma_moe_min_tok),
         mma_dense_max_tok_(mma_dense_max_tok),
         mma_h16_min_tok_(mma_h16_min_tok) {
@@ -489,8 +490,17 @@ class CudaBackend final : public Backend {
       const bool mma = q8x_ && use_dense_mma(m[0]) && use_dense_mma(m[1]) && use_dense_mma(m[2]);
       if (mma && matmul_mma_fusable(m)) {
         const bool h16 = a.n_tok >= mma_h16_min_tok_;
-        launch_matmul_mma(m, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16))), st_,
-                          h16 ? shadow_of(a.x) : nullptr);
+        void* scratch = mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16)));
+        const __half* xh = h16 ? shadow_of(a.x) : nullptr;
+        if (qkv_rope_fusable(a, m, h16)) {  // the RoPE + KV store in the call's split sum
+          const auto seqs = seq_params(a.seqs);
+          TableTo put(*this, kvtab_);
+          const RopeEpi re{put_rope_rows(rope_store_p(a, seqs), put), a.inv_freq, a.mscale, a.kv_type == DType::F16};
+          launch_matmul_mma(m, h16, scratch, st_, xh, &re);
+          ++fusions_.qkv_ropes;
+          return;
+        }
+        launch_matmul_mma(m, h16, scratch, st_, xh);
         attn_qkv_rope_store(a);
         return;
       }
@@ -520,16 +530,30 @@ class CudaBackend final : public Backend {
   // (Virtual: the composed attn_qkv ends here too, so a graph update puts the same tables
   // as the recording did.)
   void attn_qkv_rope_store(const AttnQkvArgs& a) override {
-    static const bool on = knob_on("BRASS_CUDA_ROPE_STORE");
-    if (on) {
+    if (rope_store_on()) {
       TableTo put(*this, kvtab_);
       const auto seqs = seq_params(a.seqs);
-      if (launch_rope_store_multi({a.q, a.k, a.v, a.pos, a.inv_freq, a.mscale, a.n_head, a.n_head_kv, a.head_dim,
-                                   a.kv_type, seqs},
-                                  put, st_))
-        return;
+      if (launch_rope_store_multi(rope_store_p(a, seqs), put, st_)) return;
     }
     Backend::attn_qkv_rope_store(a);
+  }
+  static bool rope_store_on() {
+    static const bool on = knob_on("BRASS_CUDA_ROPE_STORE");
+    return on;
+  }
+  static RopeStoreP rope_store_p(const AttnQkvArgs& a, std::span<const SeqP> seqs) {
+    return {a.q, a.k, a.v, a.pos, a.inv_freq, a.mscale, a.n_head, a.n_head_kv, a.head_dim, a.kv_type, seqs};
+  }
+  // Whether the batched q / k / v call m does the RoPE + KV store in its split sum
+  // (RopeEpi): where attn_qkv_rope_store would take rope_store_multi_kernel (whose table
+  // put a graph update repeats), one token a sequence in token order, an f16 / f32 cache,
+  // and the call on the split f16 kernel (CudaBackendOptions::fuse_qkv_rope).
+  bool qkv_rope_fusable(const AttnQkvArgs& a, std::span<const MatmulP> m, bool h16) const {
+    if (!fuse_rope_ || !rope_store_on() || (a.kv_type != DType::F16 && a.kv_type != DType::F32)) return false;
+    for (size_t i = 0; i < a.seqs.size(); ++i)
+      if (a.seqs[i].tok0 != static_cast<int64_t>(i) || a.seqs[i].n_tok != 1) return false;
+    const auto seqs = seq_params(a.seqs);
+    return rope_rows_apply(rope_store_p(a, seqs)) && matmul_mma_rope_fusable(m, h16, a.head_dim);
   }
   void argmax(const ArgmaxArgs& a) override {
     if (updating_) return;
@@ -574,7 +598,7 @@ class CudaBackend final : public Backend {
   }
 
   CudaUploadStats stats() const { return {upload_bytes_, upload_seconds_}; }
-  int64_t copies_read() const { return copies_read_; }
+  CudaFusionCounts fusion_counts() const { return fusions_; }
 
  private:
   // Where a multi-sequence launch's table goes: eagerly into `eager` scratch (copied on
@@ -653,6 +677,7 @@ class CudaBackend final : public Backend {
   bool q8x_;
   bool moe_tiles_;  // CudaBackendOptions::moe_tiles
   bool copies_;     // CudaBackendOptions::activation_copies (and BRASS_CUDA_SHADOW)
+  bool fuse_rope_;  // CudaBackendOptions::fuse_qkv_rope (and BRASS_CUDA_QKV_ROPE)
   // The weights prepare_weight gave a tile copy (device pointer -> the copy, DevW::tiles);
   // the MoE ops look their experts up here.
   std::unordered_map<const void*, const uint8_t*> tiles_;
@@ -697,10 +722,10 @@ class CudaBackend final : public Backend {
   void set_shadow(const float* x, const __half* h) { shadow_ = {x, h, g_launches}; }
   const __half* shadow_of(const float* x) {
     if (!x || x != shadow_.x || shadow_.at != g_launches) return nullptr;
-    ++copies_read_;
+    ++fusions_.copies_read;
     return shadow_.h;
   }
-  int64_t copies_read_ = 0;  // calls that read a copy (cuda_activation_copies_read)
+  CudaFusionCounts fusions_;  // cuda_fusion_counts
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
   struct PendingDownload {  // download_async's staging slot (ticket 0: free)
     void* pinned = nullptr;
@@ -755,7 +780,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
   return std::unique_ptr<Backend>(
       std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles,
-                                    o.activation_copies && knob_on("BRASS_CUDA_SHADOW")));
+                                    o.activation_copies && knob_on("BRASS_CUDA_SHADOW"),
+                                    o.fuse_qkv_rope && knob_on("BRASS_CUDA_QKV_ROPE")));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
@@ -788,9 +814,9 @@ CudaUploadStats cuda_upload_stats(const Backend& b) {
   return {};
 }
 
-int64_t cuda_activation_copies_read(const Backend& b) {
-  if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->copies_read();
-  return 0;
+CudaFusionCounts cuda_fusion_counts(const Backend& b) {
+  if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->fusion_counts();
+  return {};
 }
 
 }  // namespace brass::backend

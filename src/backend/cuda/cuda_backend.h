@@ -70,6 +70,10 @@ struct CudaBackendOptions {
   // launch of their own: the same halves, one launch fewer a call. BRASS_CUDA_SHADOW=0
   // turns it off.
   bool activation_copies = true;
+  // Batched decode's f16 q / k / v call (9..64 one-token sequences) rotates q and k and
+  // stores k and v in the caches in its K-split sum, instead of a RoPE + KV store launch
+  // after it: the same bits. BRASS_CUDA_QKV_ROPE=0 turns it off.
+  bool fuse_qkv_rope = true;
 };
 
 // Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
@@ -89,7 +93,13 @@ struct CudaUploadStats {
   double seconds = 0.0;
 };
 CudaUploadStats cuda_upload_stats(const Backend& b);
-// Dense calls of a CUDA backend that read an f16 activation copy (activation_copies) so far.
-int64_t cuda_activation_copies_read(const Backend& b);
+// How often a CUDA backend took its batched-decode fusions so far (tests: that the fused
+// form ran): dense calls that read an f16 activation copy (activation_copies), q / k / v
+// calls that did the RoPE + KV store (fuse_qkv_rope). Counted as issued (a graph's once).
+struct CudaFusionCounts {
+  int64_t copies_read = 0;
+  int64_t qkv_ropes = 0;
+};
+CudaFusionCounts cuda_fusion_counts(const Backend& b);
 
 }  // namespace brass::backend

@@ -530,6 +530,26 @@ __device__ __forceinline__ float4 f4_scale(float4 v, float s, float4 w) {
   return make_float4(v.x * s * w.x, v.y * s * w.y, v.z * s * w.z, v.w * s * w.w);
 }
 
+// Where one token's K / V rows go (the batched tables: cuda_attention.cu, and the fused
+// RoPE of the f16 q / k / v call, cuda_wide.cuh): its sequence's caches and its position
+// (read from pos[0] on the device when set, else pos0).
+struct KvDestDev {
+  void* kc;
+  void* vc;
+  const int32_t* pos;  // or null: pos0
+  KvAddr kv;
+  int32_t pos0;
+  __device__ int32_t position() const { return pos ? pos[0] : pos0; }
+};
+// Batched decode's RoPE + KV store table: a row per token (every sequence has one), its
+// q / k / v rows and its cache (put_rope_rows).
+struct RopeRowDev {
+  float* q;
+  float* k;
+  const float* v;
+  KvDestDev dst;
+};
+
 // K / V cache element stores (f32 or f16 caches).
 // RoPE (NeoX half split) of one pair (j, j + half) of a head row xr, with the position's
 // cos / sin of frequency j already scaled by mscale: the one arithmetic every rope path

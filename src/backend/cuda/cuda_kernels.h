@@ -316,6 +316,12 @@ struct RopeStoreP {
   int64_t n_head, n_head_kv, head_dim; DType kv_type; std::span<const SeqP> seqs;
 };
 bool launch_rope_store_multi(const RopeStoreP& a, TablePut& put, cudaStream_t st);
+// Its table alone, and whether it applies (one token a sequence, positions on the device).
+// The f16 q / k / v call with the RoPE + KV store in its epilogue (RopeEpi) puts the same
+// table at the same place of a recording, so a graph update refills it through
+// launch_rope_store_multi's put.
+bool rope_rows_apply(const RopeStoreP& a);
+const void* put_rope_rows(const RopeStoreP& a, TablePut& put);
 int64_t attention_multi_scratch_floats(const AttentionP& a);
 bool launch_attention_multi(const AttentionP& a, float* partial, TablePut& put, cudaStream_t st);
 // Fused q/k/v + bias + RoPE + KV store for one sequence; false if the fused kernel does
@@ -411,10 +417,23 @@ bool matmul_mma_fusable(std::span<const MatmulP> ms);
 // h16: Q8_0 weights on the f16 kernel (tensor-core numerics) instead of the int8 one.
 // ms: one matmul, or up to three that are matmul_mma_fusable.
 int64_t matmul_mma_scratch_bytes(std::span<const MatmulP> ms, bool h16);
+// The RoPE + KV store of batched decode done by the f16 q / k / v call's K-split sum
+// (rope_store_multi_kernel's arithmetic): rows, put_rope_rows' table (q / k / v of the
+// call are ms[0..2]); the cache in f16 or f32.
+struct RopeEpi {
+  const void* rows = nullptr;
+  const float* inv_freq = nullptr;
+  float mscale = 1.0f;
+  bool f16 = true;
+};
 // xh: ms[0].x in f16 already (a producer's copy, CudaBackend::shadow_of), or null: the
-// f16 kernels' calls then skip their to_half launch.
+// f16 kernels' calls then skip their to_half launch. rope: only where
+// matmul_mma_rope_fusable(ms, h16, head_dim).
 void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st,
-                       const __half* xh = nullptr);
+                       const __half* xh = nullptr, const RopeEpi* rope = nullptr);
+// Whether a q / k / v call (three matrices, head_dim 64) runs on the f16 256-row kernel
+// split over K, whose cluster sum can rotate and store (RopeEpi).
+bool matmul_mma_rope_fusable(std::span<const MatmulP> ms, bool h16, int64_t head_dim);
 
 // ---- cuda_sample.cu (backend/sampling.h's draw; one block per row, capturable) ----
 void launch_sample(const SampleP& a, cudaStream_t st);

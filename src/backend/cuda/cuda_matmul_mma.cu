@@ -242,10 +242,12 @@ __device__ __forceinline__ void wide_chunk(const WideW& b, const __half* xr, flo
 // dependent L2 round trips: the kernel was slower than matmul_h16_kernel.)
 // TL: the weights from matrix 0's tile copy (DevW::tiles, kQ8TileBytes; one matrix, no K
 // split, n % 64 == 0): a warp's chunk is one contiguous 2,176-byte tile.
-template <int NT, bool TL = false>
+// RP: a q / k / v call (K split) that rotates q and k and stores k and v in its caches
+// (wide_finish_rope, re; 1: f16 caches, 2: f32).
+template <int NT, bool TL = false, int RP = 0>
 __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(Parts ps,
                                                                                 const __half* __restrict__ xh,
-                                                                                int n_tok) {
+                                                                                int n_tok, RopeEpi re) {
   constexpr int NA = 2 * NT * 4;
   WIDE_MARK(0);
   __shared__ __align__(16) __half xs[kWideStages][8 * NT][kWideRow];  // (stage, token, chunk column + pad)
@@ -349,7 +351,12 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2) matmul_h16_wide_kernel(
     if (c + 1 < c1) chunk(c + 1, wb);  // uniform over the block: the barriers match
   }
   WIDE_MARK(3);
-  wide_finish<NT>(acc, red, bsh, bias_mine, ps, tile, base, n_tok);
+  if constexpr (RP == 1)
+    wide_finish_rope<NT, __half>(acc, red, bsh, bias_mine, ps, base, n_tok, re);
+  else if constexpr (RP == 2)
+    wide_finish_rope<NT, float>(acc, red, bsh, bias_mine, ps, base, n_tok, re);
+  else
+    wide_finish<NT>(acc, red, bsh, bias_mine, ps, tile, base, n_tok);
 }
 
 // One warp per 32-group of the whole (n_rows, n) input: every group's load is in flight
@@ -533,13 +540,18 @@ void launch_h16(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh
 // A call of one matrix with a tile copy and no K split (the output head) reads the tiles.
 // H200, 8 / 32 / 64 streams: BENCHMARKS.md, session 31. BRASS_CUDA_MMA_TILES=0: the split
 // layout (measurement knob).
+// rope: the q / k / v call's RoPE + KV store (the plan has a K split), or null.
 template <int NT>
-void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st) {
+void launch_h16_wide(const Parts& ps, int64_t n_tok, const Plan& pl, const __half* xh, cudaStream_t st,
+                     const RopeEpi* rope) {
   const dim3 grid(static_cast<unsigned>(pl.gy), static_cast<unsigned>((pl.gx + kWideWarps - 1) / kWideWarps),
                   static_cast<unsigned>(pl.ksplit));
   const bool tl = pl.tiles && pl.ksplit == 1;
-  launch_pdl_cluster(tl ? matmul_h16_wide_kernel<NT, true> : matmul_h16_wide_kernel<NT, false>, grid,
-                     dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh, static_cast<int>(n_tok));
+  auto* kern = rope ? (rope->f16 ? matmul_h16_wide_kernel<NT, false, 1> : matmul_h16_wide_kernel<NT, false, 2>)
+               : tl ? matmul_h16_wide_kernel<NT, true>
+                    : matmul_h16_wide_kernel<NT, false>;
+  launch_pdl_cluster(kern, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), 0, st, ps, xh, static_cast<int>(n_tok),
+                     rope ? *rope : RopeEpi{});
   BRASS_CUDA_LAUNCHED();
 }
 
@@ -558,7 +570,7 @@ void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq,
 
 // ready: a.x in f16 already (the producer wrote it), else xh takes it from to_half.
 void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh_scratch, const __half* ready,
-                 float* part, unsigned* tickets, cudaStream_t st) {
+                 float* part, unsigned* tickets, cudaStream_t st, const RopeEpi* rope) {
   if (pl.wg) {  // (its own K order: to_half_wg)
     launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh_scratch, st);
     return;
@@ -567,9 +579,9 @@ void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh_s
   const __half* xh = ready ? ready : xh_scratch;
   if (pl.wide) {
     switch (pl.nt) {
-      case 1: launch_h16_wide<1>(ps, a.n_tok, pl, xh, st); break;
-      case 2: launch_h16_wide<2>(ps, a.n_tok, pl, xh, st); break;
-      default: launch_h16_wide<4>(ps, a.n_tok, pl, xh, st); break;
+      case 1: launch_h16_wide<1>(ps, a.n_tok, pl, xh, st, rope); break;
+      case 2: launch_h16_wide<2>(ps, a.n_tok, pl, xh, st, rope); break;
+      default: launch_h16_wide<4>(ps, a.n_tok, pl, xh, st, rope); break;
     }
     return;
   }
@@ -645,7 +657,16 @@ bool matmul_mma_fusable(std::span<const MatmulP> ms) {
   return true;
 }
 
-void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st, const __half* xh) {
+bool matmul_mma_rope_fusable(std::span<const MatmulP> ms, bool h16, int64_t head_dim) {
+  if (ms.size() != 3 || head_dim != 64 || !matmul_mma_fusable(ms)) return false;
+  for (const MatmulP& m : ms)
+    if (m.w.rows % 64 != 0) return false;  // whole heads: a head's two tiles in one block
+  const Plan pl = plan(ms, h16);
+  return pl.h16 && pl.wide && !pl.wg && pl.ksplit > 1;
+}
+
+void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st, const __half* xh,
+                       const RopeEpi* rope) {
   const MatmulP& a = ms[0];
   if (a.n_tok <= 0) return;
   uint8_t* s = static_cast<uint8_t*>(scratch);
@@ -656,7 +677,7 @@ void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cud
   const Plan pl = plan(ms, h16);
   const Parts ps = parts_of(ms);
   if (pl.h16)
-    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), xh, part, tickets, st);
+    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), xh, part, tickets, st, rope);
   else if (a.w.type == kQ8)
     launch_typed<kQ8>(a, ps, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
   else

@@ -134,6 +134,100 @@ __device__ __forceinline__ void wide_finish(const float (&acc)[2][NT][4], float 
   WIDE_MARK(5);
 }
 
+// wide_finish's split sum for a q / k / v call with the RoPE + KV store fused (RopeEpi;
+// KV: the cache's element type): rows r and r + 32 of a 64-row head are the same (acc,
+// lane) element of warps 2 p and 2 p + 1 (a head is two 32-row tiles, and every matrix
+// starts at an even tile), so a thread sums that pair, rotates it as
+// rope_store_multi_kernel does (rope_cs / rope_pair: the same bits) unless it is v, and
+// writes it to y (q, k roped; v as is) and, for k and v, to the token's cache row. Block z
+// takes its share of the pairs in split order; the sums are wide_finish's, element by
+// element. Each token's position, cache row and caches are looked up once (threads < 8 NT,
+// before the cluster barrier, overlapping the wait for the other blocks).
+template <int NT, class KV>
+__device__ __forceinline__ void wide_finish_rope(const float (&acc)[2][NT][4], float (*red)[2 * NT * 4][kWarp],
+                                                 float (*bsh)[kWarp], float bias_mine, const Parts& ps, int base,
+                                                 int n_tok, const RopeEpi& re) {
+  constexpr int NA = 2 * NT * 4;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int ksplit = static_cast<int>(gridDim.z), z = static_cast<int>(blockIdx.z);
+  __shared__ int32_t tpos[8 * NT];
+  __shared__ int64_t tslot[8 * NT];
+  __shared__ KV* tcache[2][8 * NT];  // k, v
+  const float* a = &acc[0][0][0];
+#pragma unroll
+  for (int i = 0; i < NA; ++i) red[warp][i][lane] = a[i];
+  bsh[warp][lane] = bias_mine;
+  if (static_cast<int>(threadIdx.x) < 8 * NT && base + static_cast<int>(threadIdx.x) < n_tok) {
+    const KvDestDev d = static_cast<const RopeRowDev*>(re.rows)[base + threadIdx.x].dst;
+    const int32_t p = d.position();
+    tpos[threadIdx.x] = p;
+    tslot[threadIdx.x] = d.kv.row(p);
+    tcache[0][threadIdx.x] = static_cast<KV*>(d.kc);
+    tcache[1][threadIdx.x] = static_cast<KV*>(d.vc);
+  }
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's partials (and biases), and this block's token lookups
+  // Pair q = (p, i, l): elements (2 p, i, l) and (2 p + 1, i, l) of the block's
+  // kWideWarps x NA x 32; kGroup pairs a thread at a time, loads before stores.
+  constexpr int kPairs = kWideWarps / 2 * NA * kWarp, kGroup = 2, kThreads = kWideWarps * kWarp;
+  const int q0 = z * kPairs / ksplit, q1 = (z + 1) * kPairs / ksplit;
+  for (int qg = q0 + static_cast<int>(threadIdx.x); qg < q1; qg += kGroup * kThreads) {
+    float s0[kGroup], s1[kGroup];
+    int tile[kGroup], rr[kGroup], tc[kGroup];
+    bool ok[kGroup];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      const int q = qg + u * kThreads;
+      const int wp = q / (NA * kWarp), i = q / kWarp % NA, l = q % kWarp;
+      const int e0 = (2 * wp * NA + i) * kWarp + l, e1 = e0 + NA * kWarp;
+      const int mt = i / (NT * 4), j = i / 4 % NT, c = i % 4;
+      tile[u] = static_cast<int>(blockIdx.y) * kWideWarps + 2 * wp;
+      tc[u] = base + 8 * j + 2 * (l & 3) + (c & 1);
+      rr[u] = c_row(l >> 2, mt, c);
+      s0[u] = 0.f;  // added in split order
+      s1[u] = 0.f;
+      ok[u] = q < q1 && tile[u] < ps.end[2] && tc[u] < n_tok;
+      if (ok[u]) {
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+          if (r < ksplit) {
+            const float* peer = cluster.map_shared_rank(&red[0][0][0], r);
+            s0[u] += peer[e0];
+            s1[u] += peer[e1];
+          }
+        s0[u] += bsh[2 * wp][rr[u]];
+        s1[u] += bsh[2 * wp + 1][rr[u]];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      if (!ok[u]) continue;
+      const int m = tile[u] < ps.end[0] ? 0 : tile[u] < ps.end[1] ? 1 : 2;  // q, k, v
+      const Parts::One o = ps.at(tile[u]);
+      const int ti = tc[u] - base;
+      float x0 = s0[u], x1 = s1[u];
+      if (m < 2) {
+        float cs, sn;
+        rope_cs(tpos[ti], re.inv_freq[rr[u]], re.mscale, cs, sn);
+        rope_pair(x0, x1, cs, sn);
+      }
+      const int64_t r = o.r0 + rr[u];
+      float* y = o.y + static_cast<int64_t>(tc[u]) * o.w.rows + r;
+      y[0] = x0;
+      y[32] = x1;
+      if (m > 0) {
+        KV* kv = tcache[m - 1][ti] + tslot[ti] * o.w.rows + r;
+        store_kv(kv, x0);
+        store_kv(kv + 32, x1);
+      }
+    }
+  }
+  // As wide_finish: no block leaves while another may read its shared memory.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
 // ---- cuda_matmul_wg.cu: the output head's 33..64 tokens in one pass on wgmma (sm_90a) ----
 // Whether a call of n_tok tokens over rows of n_in may take it: compute capability 9.0,
 // 33..64 tokens, n_in a multiple of 64, BRASS_CUDA_MMA_WG not 0 (measurement knob); the
