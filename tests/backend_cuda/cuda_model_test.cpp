@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <random>
 
@@ -28,6 +29,24 @@ using brass::testing::TinySpec;
 using testing::load_on;
 
 int32_t argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+// Sequence id joins every model with a random prompt of lo..hi tokens (one prefill each);
+// returns the prompt's length and, in next, the greedy pick of the last model's logits.
+int32_t join_all(std::initializer_list<Model*> ms, int32_t id, backend::testing::Rng& rng, int lo, int hi, int64_t V,
+                 int32_t& next) {
+  std::vector<int32_t> prompt(rng.integer(lo, hi));
+  for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
+  SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
+  ForwardOutput out;
+  for (Model* m : ms) {
+    EXPECT_TRUE(m->add_sequence(id).is_ok());
+    const Status st = m->forward(std::span(&ch, 1), out);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    if (!st.is_ok()) return 0;
+  }
+  next = argmax(out.row(0), V);
+  return static_cast<int32_t>(prompt.size());
+}
 
 // q8x: int8 activations on the GPU; the reference stays f32, so logits agree only to
 // the activation quantization error (tol relative to the largest logit).
@@ -306,19 +325,8 @@ TEST(CudaModel, DecodeFusionsChangeNoBits) {
       ASSERT_TRUE(m[c]);
     }
     std::map<int32_t, int32_t> len, next;
-    for (int32_t id = 0; id < kSeqs; ++id) {
-      std::vector<int32_t> prompt(rng.integer(1, 20));
-      for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
-      SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
-      ForwardOutput out;
-      for (auto& mm : m) {
-        ASSERT_TRUE(mm->add_sequence(id).is_ok());
-        const Status st = mm->forward(std::span(&ch, 1), out);
-        ASSERT_TRUE(st.is_ok()) << st.message();
-      }
-      len[id] = static_cast<int32_t>(prompt.size());
-      next[id] = argmax(out.row(0), V);
-    }
+    for (int32_t id = 0; id < kSeqs; ++id) len[id] = join_all({m[0].get(), m[1].get()}, id, rng, 1, 20, V, next[id]);
+    ASSERT_FALSE(::testing::Test::HasFailure());
     for (int step = 0; step < kSteps; ++step) {
       std::vector<int32_t> ids;
       for (const auto& [id, l] : len) ids.push_back(id);
@@ -369,18 +377,8 @@ TEST(CudaModel, PipelinedRoundsEqualForwardRounds) {
     const int64_t V = spec.n_vocab;
     constexpr int kSeqs = 8, kSteps = 20;
     std::map<int32_t, int32_t> len, last;
-    for (int32_t id = 0; id < kSeqs; ++id) {
-      std::vector<int32_t> prompt(rng.integer(1, 30));
-      for (auto& t : prompt) t = rng.integer(0, static_cast<int>(V) - 1);
-      SeqChunk ch{.seq_id = id, .tokens = prompt, .pos0 = 0};
-      ForwardOutput out;
-      for (Model* m : {ref.get(), pipe.get()}) {
-        ASSERT_TRUE(m->add_sequence(id).is_ok());
-        ASSERT_TRUE(m->forward(std::span(&ch, 1), out).is_ok());
-      }
-      len[id] = static_cast<int32_t>(prompt.size());
-      last[id] = argmax(out.row(0), V);
-    }
+    for (int32_t id = 0; id < kSeqs; ++id) len[id] = join_all({ref.get(), pipe.get()}, id, rng, 1, 30, V, last[id]);
+    ASSERT_FALSE(::testing::Test::HasFailure());
     // The rounds: ids, sampled or greedy, the sampling parameters; the reference runs them.
     struct Round {
       std::vector<int32_t> ids;
