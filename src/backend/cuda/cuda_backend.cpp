@@ -364,6 +364,7 @@ class CudaBackend final : public Backend {
         if (p.out_h && !updating_) set_shadow(a.out, p.out_h);
         return;
       }
+      p.out_h = nullptr;  // (no copy on the per-sequence path below)
     }
     if (by_value_launch()) return;
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
