@@ -493,8 +493,8 @@ class CudaBackend final : public Backend {
         const bool h16 = a.n_tok >= mma_h16_min_tok_;
         void* scratch = mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(m, h16)));
         const __half* xh = h16 ? shadow_of(a.x) : nullptr;
-        if (qkv_rope_fusable(a, m, h16)) {  // the RoPE + KV store in the call's split sum
-          const auto seqs = seq_params(a.seqs);
+        const auto seqs = seq_params(a.seqs);
+        if (qkv_rope_fusable(a, seqs, m, h16)) {  // the RoPE + KV store in the call's split sum
           TableTo put(*this, kvtab_);
           const RopeEpi re{put_rope_rows(rope_store_p(a, seqs), put), a.inv_freq, a.mscale, a.kv_type == DType::F16};
           launch_matmul_mma(m, h16, scratch, st_, xh, &re);
@@ -502,7 +502,7 @@ class CudaBackend final : public Backend {
           return;
         }
         launch_matmul_mma(m, h16, scratch, st_, xh);
-        attn_qkv_rope_store(a);
+        rope_store(a, seqs);
         return;
       }
       if (!mma && tc_ && a.n_tok >= tc_->options().min_tok_dense && tc_->qkv(m)) {
@@ -530,10 +530,11 @@ class CudaBackend final : public Backend {
   // composes always (measurement knob).
   // (Virtual: the composed attn_qkv ends here too, so a graph update puts the same tables
   // as the recording did.)
-  void attn_qkv_rope_store(const AttnQkvArgs& a) override {
+  void attn_qkv_rope_store(const AttnQkvArgs& a) override { rope_store(a, seq_params(a.seqs)); }
+  // (seqs: seq_params(a.seqs), made once by the caller)
+  void rope_store(const AttnQkvArgs& a, std::span<const SeqP> seqs) {
     if (rope_store_on()) {
       TableTo put(*this, kvtab_);
-      const auto seqs = seq_params(a.seqs);
       if (launch_rope_store_multi(rope_store_p(a, seqs), put, st_)) return;
     }
     Backend::attn_qkv_rope_store(a);
@@ -547,13 +548,14 @@ class CudaBackend final : public Backend {
   }
   // Whether the batched q / k / v call m does the RoPE + KV store in its split sum
   // (RopeEpi): where attn_qkv_rope_store would take rope_store_multi_kernel (whose table
-  // put a graph update repeats), one token a sequence in token order, an f16 / f32 cache,
-  // and the call on the split f16 kernel (CudaBackendOptions::fuse_qkv_rope).
-  bool qkv_rope_fusable(const AttnQkvArgs& a, std::span<const MatmulP> m, bool h16) const {
+  // put a graph update repeats: one token a sequence), the sequences in token order (the
+  // call's token t is the table's row t), an f16 / f32 cache, and the call on the split
+  // f16 kernel (CudaBackendOptions::fuse_qkv_rope).
+  bool qkv_rope_fusable(const AttnQkvArgs& a, std::span<const SeqP> seqs, std::span<const MatmulP> m,
+                        bool h16) const {
     if (!fuse_rope_ || !rope_store_on() || (a.kv_type != DType::F16 && a.kv_type != DType::F32)) return false;
-    for (size_t i = 0; i < a.seqs.size(); ++i)
-      if (a.seqs[i].tok0 != static_cast<int64_t>(i) || a.seqs[i].n_tok != 1) return false;
-    const auto seqs = seq_params(a.seqs);
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].tok0 != static_cast<int64_t>(i)) return false;
     return rope_rows_apply(rope_store_p(a, seqs)) && matmul_mma_rope_fusable(m, h16, a.head_dim);
   }
   void argmax(const ArgmaxArgs& a) override {
