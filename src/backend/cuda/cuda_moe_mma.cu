@@ -363,31 +363,26 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
   // one block, its rows re-read for the second).
   static const int force_split = env_int("BRASS_CUDA_MOE_SPLIT", 0);
   const int split = force_split == 1 || force_split == 2 ? force_split : avg >= 6 ? 2 : 1;
-  auto launch_lean = [&]<bool TL>() {
-    if (split == 2) {
-      if (steps_gu == 1)
-        launch_gate_up<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
-      else
-        launch_gate_up<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
-      if (steps_dn == 2)
-        launch_down<1, 4, kGptOssDim, 2, TL, 2>(a, b, grp, e, st);
-      else
-        launch_down<1, 4, kGptOssDim, 1, TL, 2>(a, b, grp, e, st);
-      return;
-    }
+  auto launch_lean = [&]<bool TL, int S>() {
     if (steps_gu == 1)
-      launch_gate_up<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+      launch_gate_up<1, 4, kGptOssDim, 1, TL, S>(a, b, grp, e, st);
     else
-      launch_gate_up<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+      launch_gate_up<1, 4, kGptOssDim, 2, TL, S>(a, b, grp, e, st);
     if (steps_dn == 2)
-      launch_down<1, 4, kGptOssDim, 2, TL>(a, b, grp, e, st);
+      launch_down<1, 4, kGptOssDim, 2, TL, S>(a, b, grp, e, st);
     else
-      launch_down<1, 4, kGptOssDim, 1, TL>(a, b, grp, e, st);
+      launch_down<1, 4, kGptOssDim, 1, TL, S>(a, b, grp, e, st);
+  };
+  auto launch_split = [&]<bool TL>() {
+    if (split == 2)
+      launch_lean.template operator()<TL, 2>();
+    else
+      launch_lean.template operator()<TL, 1>();
   };
   if (tl) {
-    launch_lean.template operator()<true>();
+    launch_split.template operator()<true>();
   } else if (lean) {
-    launch_lean.template operator()<false>();
+    launch_split.template operator()<false>();
   } else if (nt == 2)
     launch_typed<2, 4>(a, b, grp, e, st);
   else if (nt == 4)
