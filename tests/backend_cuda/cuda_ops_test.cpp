@@ -24,6 +24,8 @@ namespace {
 
 using testing::Dev;
 using testing::expect_close;
+using testing::kv_rest_untouched;
+using testing::kv_row;
 using testing::Rng;
 
 struct Fix {
@@ -878,22 +880,9 @@ TEST_P(CudaOpsMode, FusedQkvMatchesComposition) {
     std::vector<float> gotf, wantf;
     for (int64_t i = 0; i < c.n_tok; ++i) {
       const int64_t slot = c.ring ? (c.pos0 + i) % c.cap : c.pos0 + i;
-      for (int64_t e = 0; e < KV; ++e) {
-        const int64_t off = (slot * KV + e) * esz;
-        float a, b;
-        if (esz == 2) {
-          uint16_t ha, hb;
-          std::memcpy(&ha, got.data() + off, 2);
-          std::memcpy(&hb, hk.data() + off, 2);
-          a = f16_to_f32(ha);
-          b = f16_to_f32(hb);
-        } else {
-          std::memcpy(&a, got.data() + off, 4);
-          std::memcpy(&b, hk.data() + off, 4);
-        }
-        gotf.push_back(a);
-        wantf.push_back(b);
-      }
+      const std::vector<float> a = kv_row(got, slot, KV, esz), b = kv_row(hk, slot, KV, esz);
+      gotf.insert(gotf.end(), a.begin(), a.end());
+      wantf.insert(wantf.end(), b.begin(), b.end());
     }
     expect_close(gotf, wantf, 2e-3, 1e-5, "k cache rows");  // f16: one rounding step apart at most
   }
@@ -963,25 +952,9 @@ TEST_P(CudaOpsMode, BatchedQkvOfOneTokenSequences) {
       for (const auto& [dev, host] : {std::pair{gk[i].get(), &hk[i]}, std::pair{gv[i].get(), &hv[i]}}) {
         std::vector<uint8_t> got(host->size());
         f.gpu->download(got.data(), dev->data(), got.size());
-        ASSERT_EQ(0, std::memcmp(got.data(), host->data(), slot * row)) << "rows before the token's were written";
-        ASSERT_EQ(0, std::memcmp(got.data() + (slot + 1) * row, host->data() + (slot + 1) * row,
-                                 got.size() - (slot + 1) * row))
-            << "rows after the token's were written";
-        std::vector<float> a(KV), b(KV);
-        for (int64_t e = 0; e < KV; ++e) {
-          const size_t off = static_cast<size_t>(slot * row + e * esz);
-          if (esz == 2) {
-            uint16_t ha, hb;
-            std::memcpy(&ha, got.data() + off, 2);
-            std::memcpy(&hb, host->data() + off, 2);
-            a[e] = f16_to_f32(ha);
-            b[e] = f16_to_f32(hb);
-          } else {
-            std::memcpy(&a[e], got.data() + off, 4);
-            std::memcpy(&b[e], host->data() + off, 4);
-          }
-        }
-        expect_close(a, b, 2e-3, 1e-5, "cache row");  // f16: one rounding step apart at most
+        ASSERT_TRUE(kv_rest_untouched(got, *host, slot, row));
+        // f16: one rounding step apart at most
+        expect_close(kv_row(got, slot, KV, esz), kv_row(*host, slot, KV, esz), 2e-3, 1e-5, "cache row");
       }
     }
   }

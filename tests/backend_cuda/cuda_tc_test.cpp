@@ -369,23 +369,10 @@ TEST(CudaTensorCores, BatchedQkvRopeStoreMatchesRoundedTwin) {
       for (int h = 0; h < 2; ++h) {
         const std::vector<uint8_t>& c0 = caches[0][2 * i + h];
         EXPECT_EQ(c0, caches[1][2 * i + h]) << (h ? "v" : "k") << " cache: fused vs not";
-        const int64_t row = KV * esz;
-        ASSERT_EQ(0, std::memcmp(c0.data(), init[2 * i + h].data(), slot[i] * row)) << "rows before the token's written";
-        ASSERT_EQ(0, std::memcmp(c0.data() + (slot[i] + 1) * row, init[2 * i + h].data() + (slot[i] + 1) * row,
-                                 c0.size() - (slot[i] + 1) * row))
-            << "rows after the token's written";
-        std::vector<float> a(KV), want(got[0][1 + h].begin() + i * KV, got[0][1 + h].begin() + (i + 1) * KV);
-        for (int64_t e = 0; e < KV; ++e) {
-          const uint8_t* p = c0.data() + slot[i] * row + e * esz;
-          if (esz == 2) {
-            uint16_t hv;
-            std::memcpy(&hv, p, 2);
-            a[e] = f16_to_f32(hv);
-          } else {
-            std::memcpy(&a[e], p, 4);
-          }
-        }
-        expect_close(a, want, esz == 2 ? 2e-3 : 0, 1e-6, h ? "v cache row" : "k cache row");
+        ASSERT_TRUE(testing::kv_rest_untouched(c0, init[2 * i + h], slot[i], KV * esz)) << (h ? "v" : "k");
+        const std::vector<float> want(got[0][1 + h].begin() + i * KV, got[0][1 + h].begin() + (i + 1) * KV);
+        expect_close(testing::kv_row(c0, slot[i], KV, esz), want, esz == 2 ? 2e-3 : 0, 1e-6,
+                     h ? "v cache row" : "k cache row");
       }
     }
   }

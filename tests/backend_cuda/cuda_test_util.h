@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
 #include "../backend/test_rng.h"
 
 namespace brass::backend::testing {
@@ -80,6 +82,35 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
     if (d > worst || std::isnan(d)) worst = d;
   }
   if (bad) ADD_FAILURE() << what << ": " << bad << " of " << got.size() << " off (tol " << tol << ", worst " << worst << ")";
+}
+
+// Row `slot` of a K / V cache held as bytes (n elements a row: f16 when esz == 2, else
+// f32), as floats.
+inline std::vector<float> kv_row(const std::vector<uint8_t>& cache, int64_t slot, int64_t n, int64_t esz) {
+  std::vector<float> v(n);
+  for (int64_t e = 0; e < n; ++e) {
+    const uint8_t* p = cache.data() + (slot * n + e) * esz;
+    if (esz == 2) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      v[e] = f16_to_f32(h);
+    } else {
+      std::memcpy(&v[e], p, 4);
+    }
+  }
+  return v;
+}
+
+// Every byte of a K / V cache but row `slot` (rows of `row` bytes) as in `before`.
+inline ::testing::AssertionResult kv_rest_untouched(const std::vector<uint8_t>& got, const std::vector<uint8_t>& before,
+                                                    int64_t slot, int64_t row) {
+  if (got.size() != before.size()) return ::testing::AssertionFailure() << "cache sizes differ";
+  if (std::memcmp(got.data(), before.data(), slot * row) != 0)
+    return ::testing::AssertionFailure() << "rows before the token's were written";
+  const int64_t end = (slot + 1) * row;
+  if (std::memcmp(got.data() + end, before.data() + end, got.size() - end) != 0)
+    return ::testing::AssertionFailure() << "rows after the token's were written";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace brass::backend::testing
