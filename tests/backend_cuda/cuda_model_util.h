@@ -14,10 +14,8 @@
 
 namespace brass::model::testing {
 
-// cuda: the CUDA backend with int8 activations q8x (false: exact mode, f32 activations and
-// no tensor cores) and, tc_moe_min > 0, that MoE tensor-core threshold in slots per expert;
-// else the CPU reference backend. Null (with a recorded failure) if anything fails.
-// co: the CUDA backend's options; null: the CPU reference backend.
+// co: the CUDA backend's options; null: the CPU reference backend. Null (with a recorded
+// failure) if anything fails.
 inline std::unique_ptr<Model> load_with(const std::string& path, const ModelOptions& o,
                                         const backend::CudaBackendOptions* co) {
   auto reader = gguf::Reader::open(path);
@@ -37,6 +35,9 @@ inline std::unique_ptr<Model> load_with(const std::string& path, const ModelOpti
   return m.is_ok() ? std::move(m).value() : nullptr;
 }
 
+// cuda: the CUDA backend with int8 activations q8x (false: exact mode, f32 activations and
+// no tensor cores) and, tc_moe_min > 0, that MoE tensor-core threshold in slots per expert;
+// else the CPU reference backend.
 inline std::unique_ptr<Model> load_on(const std::string& path, const ModelOptions& o, bool cuda, bool q8x = false,
                                       int64_t tc_moe_min = 0) {
   backend::CudaBackendOptions co;
