@@ -123,8 +123,7 @@ Status Model::ensure_scratch(int64_t n_tok, int64_t n_out) {
     BRASS_TRY(grow(rlog_, n_tok * c.n_expert * f));
     BRASS_TRY(grow(rids_, n_tok * c.n_expert_used * 4));
     BRASS_TRY(grow(rw_, n_tok * c.n_expert_used * f));
-    BRASS_TRY(grow(tok_, n_tok * 4));
-    BRASS_TRY(grow(pos_, n_tok * 4));
+    BRASS_TRY(grow(tokpos_, 2 * n_tok * 4));
     cap_tok_ = n_tok;
     ++scratch_gen_;
   }
@@ -315,17 +314,28 @@ Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> fee
   const int64_t n_tok = static_cast<int64_t>(tokens.size());
   n_out = static_cast<int64_t>(out_rows.size());
   BRASS_TRY(ensure_scratch(n_tok, std::max<int64_t>(n_out, 1)));
-  be.upload(tok_->data(), tokens.data(), n_tok * 4);
-  // Fed rows: picks_ -> tok_ (after the upload, in issue order), runs of neighbours at once.
+  // Tokens and positions in one upload (tokpos_'s layout; two where a long prompt's
+  // capacity left a wide gap between them), the output rows only where the round gathers
+  // them (not direct, below): each copy between two rounds costs the GPU a few us.
+  if (cap_tok_ - n_tok <= 4096) {
+    tokens.resize(static_cast<size_t>(cap_tok_));
+    tokens.insert(tokens.end(), positions.begin(), positions.end());
+    be.upload(tok(), tokens.data(), tokens.size() * 4);
+  } else {
+    be.upload(tok(), tokens.data(), n_tok * 4);
+    be.upload(pos(), positions.data(), n_tok * 4);
+  }
+  // Fed rows: picks_ -> tok() (after the upload, in issue order), runs of neighbours at once.
   for (size_t i = 0; i < feeds.size();) {
     size_t j = i + 1;
     while (j < feeds.size() && feeds[j].row == feeds[j - 1].row + 1 && feeds[j].pick == feeds[j - 1].pick + 1) ++j;
-    be.copy(tok_->as<int32_t>() + feeds[i].row, picks_->as<int32_t>() + feeds[i].pick,
-            (j - i) * sizeof(int32_t));
+    be.copy(tok() + feeds[i].row, picks_->as<int32_t>() + feeds[i].pick, (j - i) * sizeof(int32_t));
     i = j;
   }
-  be.upload(pos_->data(), positions.data(), n_tok * 4);
-  if (n_out) be.upload(out_rows_->data(), out_rows.data(), n_out * 4);
+  const bool single = steps.size() == 1 && n_tok == 1 && n_out == 1;
+  const bool batch = n_tok >= 2 && n_tok == static_cast<int64_t>(steps.size()) && n_out == n_tok &&
+                     opt_.use_graphs && !be.host_memory();
+  if (n_out && !single && !batch) be.upload(out_rows_->data(), out_rows.data(), n_out * 4);
 
   std::vector<std::vector<backend::AttnSeq>> seqs(c.n_layer, std::vector<backend::AttnSeq>(steps.size()));
   for (int64_t il = 0; il < c.n_layer; ++il)
@@ -334,10 +344,9 @@ Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> fee
 
   times_.prep_s += timer.seconds();
   timer.reset();
-  if (steps.size() == 1 && n_tok == 1 && n_out == 1) {
+  if (single) {
     BRASS_TRY(run_decode_round(fwd_graphs_, steps[0].seq_id, seqs, /*greedy=*/false));
-  } else if (n_tok >= 2 && n_tok == static_cast<int64_t>(steps.size()) && n_out == n_tok &&
-             opt_.use_graphs && !be.host_memory()) {
+  } else if (batch) {
     // Batched decode: the output rows are the token rows, in order (direct).
     BRASS_TRY(run_batch_round(n_tok, seqs));
   } else {
@@ -470,7 +479,7 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
   float* rlog = rlog_->as<float>();  // (n_tok, n_expert)
   int32_t* rids = rids_->as<int32_t>();  // (n_tok, n_expert_used)
   float* rw = rw_->as<float>();          // (n_tok, n_expert_used)
-  const int32_t* pos = pos_->as<int32_t>();
+  const int32_t* pos = this->pos();
   const float* inv_freq = inv_freq_->as<float>();
 
   // One token: the residual adds fold into the MoE block and the attention norm into
@@ -478,7 +487,7 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
   // the add + norm between the blocks, as the MoE block's tail (next_norm). The same
   // arithmetic either way.
   const bool fold = n_tok == 1;
-  be.embed({.table = w_.token_embd, .tokens = tok_->as<int32_t>(), .n_tok = n_tok, .out = x});
+  be.embed({.table = w_.token_embd, .tokens = tok(), .n_tok = n_tok, .out = x});
   if (!fold)
     be.rms_norm({.x = x, .weight = w_.layers[0].attn_norm, .out = xn, .n_rows = n_tok, .n = c.n_embd, .eps = c.rms_eps});
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -517,7 +526,7 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
     be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
   }
   backend::ArgmaxArgs pick;  // greedy: the pick feeds the next step (token, position, history)
-  if (greedy) pick = {.out = tok_->as<int32_t>(), .pos = pos_->as<int32_t>(), .history = history_->as<int32_t>()};
+  if (greedy) pick = {.out = tok(), .pos = this->pos(), .history = history_->as<int32_t>()};
   be.output_head({.mm = {.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out}, .pick = pick});
 }
 
@@ -542,8 +551,8 @@ Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std:
     BRASS_ASSIGN_OR_RETURN(history_, be_->alloc((kv_.n_ctx_max() + 1) * sizeof(int32_t)));
   }
   const int32_t p0 = static_cast<int32_t>(len);
-  be_->upload(tok_->data(), &token, 4);
-  be_->upload(pos_->data(), &p0, 4);
+  be_->upload(tok(), &token, 4);
+  be_->upload(pos(), &p0, 4);
   std::vector<std::vector<backend::AttnSeq>> seqs(cfg_.n_layer, std::vector<backend::AttnSeq>(1));
   for (int64_t i = 0; i < n_steps; ++i) {
     BRASS_TRY(kv_.reserve(seq_id, len + i, 1));

@@ -171,7 +171,7 @@ class Model {
   Status prepare_weights();
   // Issue the ops of one round (no host sync): layers, then for n_out > 0 the output rows
   // into logits_ (gathered through out_rows_ unless `direct`), then if `greedy` the
-  // argmax feedback into tok_ / pos_ / history_.
+  // argmax feedback into tok() / pos() / history_.
   void record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
                     bool direct, bool greedy);
   struct GraphSlot {
@@ -201,7 +201,11 @@ class Model {
 
   // Scratch (backend memory), sized for the largest round so far.
   int64_t cap_tok_ = 0, cap_out_ = 0;
-  std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_, tok_, pos_;
+  std::unique_ptr<backend::Buffer> x_, xn_, q_, k_, v_, attn_, proj_, rlog_, rids_, rw_;
+  // (2, cap_tok_) int32: the round's tokens, then its positions (one upload a round).
+  std::unique_ptr<backend::Buffer> tokpos_;
+  int32_t* tok() const { return tokpos_->as<int32_t>(); }
+  int32_t* pos() const { return tokpos_->as<int32_t>() + cap_tok_; }
   std::unique_ptr<backend::Buffer> out_rows_, out_x_, logits_, inv_freq_, history_, picks_;
   std::unique_ptr<backend::Buffer> sample_params_;  // (n_out) backend::SampleParams of a sampled round
   uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)

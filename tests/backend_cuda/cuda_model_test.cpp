@@ -293,11 +293,13 @@ TEST(CudaModel, BatchGraphsFollowChangingBatches) {
 // Batched decode's fusions of 9..64 sequences: the f16 activation copies
 // (CudaBackendOptions::activation_copies: the f16 q / k / v and wo calls read their
 // input as the f16 copy the MoE block's combine and the attention wrote, instead of a
-// to_half launch's) and the RoPE + KV store in the q / k / v call (fuse_qkv_rope).
-// Against the same model on a backend without either: the same logits bit for bit (the
-// same halves into the same kernels, the same rope arithmetic), with and without graphs,
+// to_half launch's), the RoPE + KV store in the q / k / v call (fuse_qkv_rope) and the
+// MoE's grouping as per-expert lists placed by the norm / router kernel (moe_lists).
+// Against the same model on a backend without any of them: the same logits bit for bit
+// (the same halves into the same kernels, the same rope arithmetic, the MoE's rows
+// independent of their place in the grouping), with and without graphs,
 // over rounds of changing size and composition (a copy must never be read by a call it
-// was not made for; a graph update must refill what the fused call reads); both fusions
+// was not made for; a graph update must refill what the fused call reads); all three
 // must have run.
 TEST(CudaModel, DecodeFusionsChangeNoBits) {
   BRASS_REQUIRE_CUDA();
@@ -321,6 +323,7 @@ TEST(CudaModel, DecodeFusionsChangeNoBits) {
       co.int8_activations = true;
       co.activation_copies = c == 0;
       co.fuse_qkv_rope = c == 0;
+      co.moe_lists = c == 0;
       m[c] = testing::load_with(file.path, o, &co);
       ASSERT_TRUE(m[c]);
     }
@@ -350,7 +353,8 @@ TEST(CudaModel, DecodeFusionsChangeNoBits) {
                                     off = backend::cuda_fusion_counts(m[1]->backend());
     EXPECT_GT(on.copies_read, 0) << "graphs " << graphs;
     EXPECT_GT(on.qkv_ropes, 0) << "graphs " << graphs;
-    EXPECT_EQ(off.copies_read + off.qkv_ropes, 0) << "graphs " << graphs;
+    EXPECT_GT(on.moe_lists, 0) << "graphs " << graphs;
+    EXPECT_EQ(off.copies_read + off.qkv_ropes + off.moe_lists, 0) << "graphs " << graphs;
   }
 }
 

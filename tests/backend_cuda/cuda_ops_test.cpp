@@ -488,7 +488,11 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
 // then the next norm) into moe.x itself (the model's use) or into another buffer. Several
 // tokens of 64-multiple widths in int8 mode take the grouped MMA MoE, whose grouping and
 // input quantization the norm/router kernel does and whose combine does the tail; the
-// 2880-wide case is gpt-oss's (its experts' own loop), in the model's mode only.
+// 2880-wide case is gpt-oss's (its experts' own loop), in the model's mode only. The
+// grouping is per-expert lists up to 8192 lists' rows (n_expert x n_tok), packed above:
+// the 128-expert case (gpt-oss-120b's router) takes lists at 64 tokens, packed at 65,
+// lists again at 33; the lists' counts (zero at rest, one area for every call of the
+// backend) carry over between cases and rounds.
 TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
   BRASS_REQUIRE_CUDA();
   Fix f(GetParam());
@@ -499,7 +503,8 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
     std::vector<int64_t> toks;
   };
   for (const Case& c : {Case{DType::MXFP4, 2880, 2880, 32, 4, {1, 33}}, Case{DType::MXFP4, 96, 160, 8, 4, {1, 2}},
-                        Case{DType::Q8_0, 64, 96, 6, 4, {1}}, Case{DType::MXFP4, 128, 192, 32, 4, {2, 17, 40}}}) {
+                        Case{DType::Q8_0, 64, 96, 6, 4, {1}}, Case{DType::MXFP4, 128, 192, 32, 4, {2, 17, 40}},
+                        Case{DType::MXFP4, 128, 64, 128, 4, {64, 65, 33}}}) {
     HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
     auto& [g, u, d, gb, ub, db] = ex;
     HostWeight wr(f.rng, DType::F32, c.n_embd, c.n_expert);

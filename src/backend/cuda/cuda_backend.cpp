@@ -153,12 +153,13 @@ class CudaGraph final : public Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
-              int64_t mma_h16_min_tok, bool moe_tiles, bool copies, bool fuse_rope)
+              int64_t mma_h16_min_tok, bool moe_tiles, bool copies, bool fuse_rope, bool moe_lists)
       : device_(device),
         q8x_(q8x),
         moe_tiles_(moe_tiles),
         copies_(copies),
         fuse_rope_(fuse_rope),
+        moe_lists_(moe_lists),
         mma_moe_min_tok_(mma_moe_min_tok),
         mma_dense_max_tok_(mma_dense_max_tok),
         mma_h16_min_tok_(mma_h16_min_tok) {
@@ -376,7 +377,7 @@ class CudaBackend final : public Backend {
   }
   MoeP moe_params(const MoeArgs& a) const {
     MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
-           a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit};
+           a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit, moe_lists_};
     if (!tiles_.empty()) {
       for (auto [w, d] : {std::pair{a.gate.data, &p.gate}, std::pair{a.up.data, &p.up}, std::pair{a.down.data, &p.down}})
         if (const auto it = tiles_.find(w); it != tiles_.end()) d->tiles = it->second;
@@ -429,6 +430,7 @@ class CudaBackend final : public Backend {
       const MoePrep prep = prepared ? moe_mma_prep(p.moe, moe_mma_scratch(p.moe)) : MoePrep{};
       if (launch_norm_router_rows(p, nr_counter_.as<unsigned>(static_cast<size_t>(norm_router_rows_counters(p))),
                                   st_, prepared ? &prep : nullptr)) {
+        if (prep.cap) ++fusions_.moe_lists;
         MoeTail tail{a.y, a.next_norm, a.next_xn, a.eps};
         if (a.next_norm && shadows_for(a.moe.n_tok)) tail.xh = shadow_area(a.moe.n_tok * a.router.ne[0]);
         const bool fused = a.next_norm || a.accumulate;
@@ -681,6 +683,7 @@ class CudaBackend final : public Backend {
   bool moe_tiles_;  // CudaBackendOptions::moe_tiles
   bool copies_;     // CudaBackendOptions::activation_copies (and BRASS_CUDA_SHADOW)
   bool fuse_rope_;  // CudaBackendOptions::fuse_qkv_rope (and BRASS_CUDA_QKV_ROPE)
+  bool moe_lists_;  // CudaBackendOptions::moe_lists (and BRASS_CUDA_MOE_LISTS)
   // The weights prepare_weight gave a tile copy (device pointer -> the copy, DevW::tiles);
   // the MoE ops look their experts up here.
   std::unordered_map<const void*, const uint8_t*> tiles_;
@@ -784,7 +787,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   return std::unique_ptr<Backend>(
       std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles,
                                     o.activation_copies && knob_on("BRASS_CUDA_SHADOW"),
-                                    o.fuse_qkv_rope && knob_on("BRASS_CUDA_QKV_ROPE")));
+                                    o.fuse_qkv_rope && knob_on("BRASS_CUDA_QKV_ROPE"),
+                                    o.moe_lists && knob_on("BRASS_CUDA_MOE_LISTS")));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

@@ -74,6 +74,11 @@ struct CudaBackendOptions {
   // stores k and v in the caches in its K-split sum, instead of a RoPE + KV store launch
   // after it: the same bits. BRASS_CUDA_QKV_ROPE=0 turns it off.
   bool fuse_qkv_rope = true;
+  // The batched MoE block's norm / router kernel groups the slots by expert as per-expert
+  // lists (n_tok places an expert; up to 8192 lists' rows), each token group's last block
+  // placing its own, instead of packed by one block once every token has its picks: the
+  // same MoE bits. BRASS_CUDA_MOE_LISTS=0 turns it off.
+  bool moe_lists = true;
 };
 
 // Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
@@ -95,10 +100,12 @@ struct CudaUploadStats {
 CudaUploadStats cuda_upload_stats(const Backend& b);
 // How often a CUDA backend took its batched-decode fusions so far (tests: that the fused
 // form ran): dense calls that read an f16 activation copy (activation_copies), q / k / v
-// calls that did the RoPE + KV store (fuse_qkv_rope). Counted as issued (a graph's once).
+// calls that did the RoPE + KV store (fuse_qkv_rope), MoE blocks grouped as lists
+// (moe_lists). Counted as issued (a graph's once).
 struct CudaFusionCounts {
   int64_t copies_read = 0;
   int64_t qkv_ropes = 0;
+  int64_t moe_lists = 0;
 };
 CudaFusionCounts cuda_fusion_counts(const Backend& b);
 

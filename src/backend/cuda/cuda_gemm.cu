@@ -185,13 +185,20 @@ __device__ __forceinline__ void combine_terms(const float* __restrict__ o, const
   }
 }
 
+// Block 0 zeroes reset[0, n) (the combine runs after every reader of the MoE's counts).
+__device__ __forceinline__ void reset_ints(int32_t* reset, int n) {
+  if (reset && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) reset[i] = 0;
+}
+
 // out[t, c] = sum_j w[t, j] * (o[inv[t k + j], c] + db[e, c]), in j order; V consecutive c
 // per thread (V = 4 when n_embd % 4 == 0).
 template <int V>
 __global__ void moe_combine_kernel(const float* __restrict__ o, const int32_t* __restrict__ inv,
                                    const int32_t* __restrict__ ids, const float* __restrict__ wts,
                                    const float* __restrict__ db, float* out, int64_t n_tok, int64_t k,
-                                   int64_t n_embd) {
+                                   int64_t n_embd, int32_t* reset, int n_reset) {
+  reset_ints(reset, n_reset);
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n_tok * n_embd) return;
   const int64_t t = i / n_embd, c = i % n_embd;
@@ -213,9 +220,10 @@ template <bool NORM>
 __global__ void __launch_bounds__(1024) moe_combine_residual_kernel(
     const float* __restrict__ o, const int32_t* __restrict__ inv, const int32_t* __restrict__ ids,
     const float* __restrict__ wts, const float* __restrict__ db, int64_t k, int64_t n, float* y,
-    const float* __restrict__ w, float* xn, float eps, __half* xh) {
+    const float* __restrict__ w, float* xn, float eps, __half* xh, int32_t* reset, int n_reset) {
   pdl_trigger();  // dependents may start prefetching
   pdl_wait();     // (a PDL launch: its launch overlaps down's tail)
+  reset_ints(reset, n_reset);
   __shared__ float sh[32];
   const int64_t t = blockIdx.x;
   float* yr = y + t * n;
@@ -314,28 +322,30 @@ void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, cons
 
 bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32_t* ids, const float* wts,
                                  const float* db, int64_t n_tok, int64_t k, int64_t n_embd, const MoeTail& tail,
-                                 cudaStream_t st) {
+                                 cudaStream_t st, int32_t* reset, int n_reset) {
   if (n_tok <= 0 || n_embd % 4 != 0 || !aligned16(o) || !aligned16(db) || !aligned16(tail.y) ||
       (tail.norm && tail.xn == tail.y))
     return false;
   if (tail.norm)
     launch_pdl(moe_combine_residual_kernel<true>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
-               wts, db, k, n_embd, tail.y, tail.norm, tail.xn, tail.eps, tail.xh);
+               wts, db, k, n_embd, tail.y, tail.norm, tail.xn, tail.eps, tail.xh, reset, n_reset);
   else
     launch_pdl(moe_combine_residual_kernel<false>, dim3(static_cast<unsigned>(n_tok)), dim3(1024), 0, st, o, inv, ids,
                wts, db, k, n_embd, tail.y, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 0.f,
-               static_cast<__half*>(nullptr));
+               static_cast<__half*>(nullptr), reset, n_reset);
   BRASS_CUDA_LAUNCHED();
   return true;
 }
 
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
-                        float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st) {
+                        float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st, int32_t* reset,
+                        int n_reset) {
   if (n_embd % 4 == 0 && aligned16(o) && aligned16(db) && aligned16(out))
     moe_combine_kernel<4><<<blocks_for(n_tok * n_embd / 4, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k,
-                                                                              n_embd);
+                                                                              n_embd, reset, n_reset);
   else
-    moe_combine_kernel<1><<<blocks_for(n_tok * n_embd, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k, n_embd);
+    moe_combine_kernel<1><<<blocks_for(n_tok * n_embd, 256), 256, 0, st>>>(o, inv, ids, wts, db, out, n_tok, k, n_embd,
+                                                                          reset, n_reset);
   BRASS_CUDA_LAUNCHED();
 }
 

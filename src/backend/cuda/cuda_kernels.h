@@ -214,6 +214,7 @@ struct MoeP {
   const float* x; const int32_t* ids; const float* weights; DevW gate, up, down;
   const float* gate_bias; const float* up_bias; const float* down_bias; float* out;
   int64_t n_tok, k; float alpha, limit;
+  bool lists = false;  // the MMA path's grouping may be per-expert lists (MoePrep::cap)
 };
 // The MoE block of one decode token (cuda_q8_pre.cu): y += add; xn = rmsnorm(y) * norm;
 // router logits, top-k -> moe.ids / moe.weights (written through them); moe with x = xn.
@@ -361,12 +362,16 @@ void launch_dequant_half(const DevW& w, void* dst, int64_t dst_stride, int64_t d
 void launch_to_half(const float* x, const int32_t* rows, int div, void* dst, bool bf16, int64_t n_rows, int64_t n,
                     cudaStream_t st);
 void launch_bias_add(float* y, const float* bias, int64_t n_rows, int64_t n, cudaStream_t st);  // y[t] += bias
+// A grouping of the slots by expert. Packed (group_by_expert): expert e's sorted positions
+// are [offsets[e], offsets[e] + counts[e]), n_slots in all. As lists (the batched
+// norm_router with MoePrep::cap > 0): expert e owns positions [e cap, e cap + cap), of
+// which the first counts[e] are used; eid is not written (the MMA MoE does not read it).
 struct MoeGroupBufs {
   int32_t* counts;   // (n_expert) slots per expert
   int32_t* offsets;  // (n_expert + 1) first sorted position of each expert
-  int32_t* perm;     // (n_slots) sorted position -> slot (t * k + j)
+  int32_t* perm;     // (sorted rows) sorted position -> slot (t * k + j)
   int32_t* inv;      // (n_slots) slot -> sorted position
-  int32_t* eid;      // (n_slots) sorted position -> expert
+  int32_t* eid;      // (sorted rows) sorted position -> expert
 };
 void launch_moe_group(const int32_t* ids, int64_t n_slots, int n_expert, MoeGroupBufs b, cudaStream_t st);
 // act (n_rows, n_ff) 16-bit = OAI SwiGLU of h (n_rows, 2 n_ff: gate | up) + biases of eid[row].
@@ -374,16 +379,19 @@ void launch_moe_swiglu(const float* h, const int32_t* eid, const float* gb, cons
                        int64_t n_rows, int64_t n_ff, float alpha, float limit, cudaStream_t st);
 // out (n_tok, n_embd) = sum_j wts[t, j] * (o[inv[t k + j]] + db[ids[t k + j]]).
 void launch_moe_combine(const float* o, const int32_t* inv, const int32_t* ids, const float* wts, const float* db,
-                        float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st);
+                        float* out, int64_t n_tok, int64_t k, int64_t n_embd, cudaStream_t st,
+                        int32_t* reset = nullptr, int n_reset = 0);
 // The MoE block's tail (backend.h MoeBlockArgs): y += the combined output, then with norm
 // set xn = rmsnorm(y) * norm; the combine's output is not written.
 // xh (or null): xn in f16 too (the next q / k / v call's input, as to_half rounds it).
 struct MoeTail { float* y; const float* norm; float* xn; float eps; __half* xh = nullptr; };
 // The combine fused with the tail in one launch; false (nothing done) where it does not
 // apply (n_embd % 4, alignment, xn aliasing y).
+// reset (or null): n_reset ints the combine zeroes once it has waited for its producers
+// (the grouped MMA MoE's counts: zero at rest for the next norm_router's atomics).
 bool launch_moe_combine_residual(const float* o, const int32_t* inv, const int32_t* ids, const float* wts,
                                  const float* db, int64_t n_tok, int64_t k, int64_t n_embd, const MoeTail& tail,
-                                 cudaStream_t st);
+                                 cudaStream_t st, int32_t* reset = nullptr, int n_reset = 0);
 
 // ---- cuda_moe_mma.cu (int8 MMA from MXFP4, each touched expert read once per call) ----
 bool moe_mma_supported(const MoeP& a);
@@ -396,11 +404,16 @@ int64_t moe_mma_scratch_bytes(const MoeP& a);
 // written by launch_norm_router_rows).
 bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail* tail = nullptr,
                     bool prepared = false);
-// Where launch_moe_mma's scratch keeps the grouping and the quantized tokens.
+// Where launch_moe_mma's scratch keeps the grouping and the quantized tokens. The
+// grouping's counts sit at the scratch's start and are zero at rest (every launch_moe_mma's
+// combine zeroes them), so a norm_router can count into them with atomics.
 struct MoePrep {
   int8_t* xq;  // (2, n_tok, n_embd) quantized tokens, MXFP4 order, then their negation
   float* xd;   // (n_tok, n_embd / 32)
   MoeGroupBufs grp;
+  // > 0: the grouping as lists of cap (= n_tok) positions an expert (MoeGroupBufs), which
+  // the norm_router's blocks fill without meeting; 0: packed, by the launch's last block.
+  int64_t cap = 0;
 };
 MoePrep moe_mma_prep(const MoeP& a, void* scratch);
 

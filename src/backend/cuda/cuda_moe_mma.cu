@@ -23,6 +23,7 @@ namespace {
 using namespace mma;
 
 constexpr int kGptOssDim = 2880;  // gpt-oss 20b / 120b: n_embd = expert n_ff = 2880
+constexpr int64_t kMaxMmaExperts = 1024;  // moe_mma_supported's bound
 
 // Before the PDL wait (the weights are static): L2 prefetches of the block's first `pre` K
 // steps of each matrix's tiles (rows r0 .. r0 + 31: warp w's step u is tile w + kKs u of
@@ -211,13 +212,14 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_down_mma_kernel(DevW dow
   }
 }
 
-// Scratch areas of one call (carved from one buffer by launch_moe_mma).
+// Scratch areas of one call (carved from one buffer by moe_mma_bufs).
 struct MoeMmaBufs {
+  int64_t rows;   // sorted positions: n_slots packed, n_expert * cap as lists (MoeGroupBufs)
   int8_t* xq;     // (2, n_tok, n_embd) quantized tokens, MXFP4 order, then their negation
   float* xd;      // (n_tok, n_embd / 32)
-  int8_t* act_q;  // (2, n_slots, n_ff) SwiGLU output by sorted position, MXFP4 order; negated (generic loop)
-  float* act_d;   // (n_slots, n_ff / 32)
-  float* o;       // (n_slots, n_embd) down output by sorted position (no bias, no weight)
+  int8_t* act_q;  // (2, rows, n_ff) SwiGLU output by sorted position, MXFP4 order; negated (generic loop)
+  float* act_d;   // (rows, n_ff / 32)
+  float* o;       // (rows, n_embd) down output by sorted position (no bias, no weight)
 };
 
 // A forced K-step count (1 or 2) from the environment; 0: the default choice.
@@ -243,7 +245,7 @@ int pre_steps(const MoeP& a, bool gate_up) {
 // S: blocks a row block (the kernels' split).
 template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false, int S = 1>
 void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
-  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = a.n_tok * a.k * n_ff;
+  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, xneg = a.n_tok * n_embd, aneg = b.rows * n_ff;
   launch_pdl(moe_gate_up_mma_kernel<NT, MINB, N, P, TL, S>,
              dim3(static_cast<unsigned>(n_ff / kRows * S), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.gate, a.up, a.gate_bias, a.up_bias, static_cast<const int8_t*>(b.xq),
@@ -254,7 +256,7 @@ void launch_gate_up(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp,
 }
 template <int NT, int MINB = 1, int N = 0, int P = 1, bool TL = false, int S = 1>
 void launch_down(const MoeP& a, const MoeMmaBufs& b, const MoeGroupBufs& grp, int n_expert, cudaStream_t st) {
-  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, aneg = a.n_tok * a.k * n_ff;
+  const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, aneg = b.rows * n_ff;
   launch_pdl(moe_down_mma_kernel<NT, MINB, N, P, TL, S>,
              dim3(static_cast<unsigned>(n_embd / kRows * S), static_cast<unsigned>(n_expert)),
              dim3(kKs * kWarp), 0, st, a.down, static_cast<const int8_t*>(b.act_q), static_cast<const float*>(b.act_d),
@@ -274,48 +276,74 @@ bool moe_mma_supported(const MoeP& a) {
   if (g.type != kMX || u.type != kMX || d.type != kMX) return false;
   const int64_t n_embd = g.n_in, n_ff = g.ne1;
   return n_embd % 64 == 0 && n_ff % 64 == 0 && u.n_in == n_embd && u.ne1 == n_ff && d.n_in == n_ff &&
-         d.ne1 == n_embd && n_ff > 0 && g.rows % n_ff == 0 && g.rows / n_ff <= 1024 && n_embd <= (1 << 20);
+         d.ne1 == n_embd && n_ff > 0 && g.rows % n_ff == 0 && g.rows / n_ff <= kMaxMmaExperts && n_embd <= (1 << 20);
 }
 
-int64_t moe_mma_scratch_bytes(const MoeP& a) {
+namespace {
+
+// Slots an expert's list holds when norm_router groups as lists (MoePrep::cap): every
+// token, so no list overflows; only while the lists' rows stay within kMaxListRows (the
+// sorted buffers grow from n_slots to n_expert * n_tok rows: 8192 rows of gpt-oss's
+// 2880-wide experts are ~145 MB of scratch). Why lists: a packed grouping needs every
+// token's picks first (a second ticket and one block's grouping at the end of norm_router,
+// ~3 us a layer at 64 tokens); lists let each token group's last block place its own.
+// (MoeP::lists: CudaBackendOptions::moe_lists.)
+constexpr int64_t kMaxListRows = 8192;
+int64_t list_cap(const MoeP& a) {
+  const int64_t n_expert = a.gate.rows / a.gate.ne1;
+  return a.lists && n_expert * a.n_tok <= kMaxListRows ? a.n_tok : 0;
+}
+
+int64_t al256(int64_t v) { return (v + 255) / 256 * 256; }
+
+// The scratch's layout: counts | grouping | xq | xd | act_q | act_d | o (256-byte aligned
+// areas). The counts come first, kMaxMmaExperts of them whatever n_expert, so they are at the
+// same place for every shape and no other area overlaps them: they are zero at rest.
+struct MoeLayout {
+  MoePrep prep;
+  MoeMmaBufs bufs;
+  int64_t bytes;
+};
+MoeLayout moe_layout(const MoeP& a, void* scratch) {
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
-  auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
-  return al(2 * a.n_tok * n_embd) + al(a.n_tok * (n_embd / 32) * 4) + al((2 * (n_expert + 1) + 3 * n_slots) * 4) +
-         al(2 * n_slots * n_ff) + al(n_slots * (n_ff / 32) * 4) + al(n_slots * n_embd * 4);
+  const int64_t cap = list_cap(a), rows = cap ? n_expert * cap : n_slots;
+  uint8_t* const p0 = static_cast<uint8_t*>(scratch);
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    uint8_t* q = p0 ? p0 + at : nullptr;
+    at += al256(bytes);
+    return q;
+  };
+  MoeLayout l{};
+  int32_t* counts = reinterpret_cast<int32_t*>(take(kMaxMmaExperts * 4));
+  int32_t* gi = reinterpret_cast<int32_t*>(take((n_expert + 1 + 2 * rows + n_slots) * 4));
+  if (gi) {  // (null while sizing)
+    int32_t* const perm = gi + n_expert + 1;
+    l.prep.grp = MoeGroupBufs{counts, gi, perm, perm + rows, perm + rows + n_slots};
+  }
+  l.prep.cap = cap;
+  l.bufs.rows = rows;
+  l.bufs.xq = l.prep.xq = reinterpret_cast<int8_t*>(take(2 * a.n_tok * n_embd));
+  l.bufs.xd = l.prep.xd = reinterpret_cast<float*>(take(a.n_tok * (n_embd / 32) * 4));
+  l.bufs.act_q = reinterpret_cast<int8_t*>(take(2 * rows * n_ff));
+  l.bufs.act_d = reinterpret_cast<float*>(take(rows * (n_ff / 32) * 4));
+  l.bufs.o = reinterpret_cast<float*>(take(rows * n_embd * 4));
+  l.bytes = at;
+  return l;
 }
 
-// The scratch's layout: xq | xd | grouping | act_q | act_d | o (256-byte aligned areas).
-MoePrep moe_mma_prep(const MoeP& a, void* scratch) {
-  const int64_t n_embd = a.gate.n_in, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
-  auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
-  uint8_t* p = static_cast<uint8_t*>(scratch);
-  MoePrep r;
-  r.xq = reinterpret_cast<int8_t*>(p);
-  p += al(2 * a.n_tok * n_embd);
-  r.xd = reinterpret_cast<float*>(p);
-  p += al(a.n_tok * (n_embd / 32) * 4);
-  int32_t* gi = reinterpret_cast<int32_t*>(p);
-  r.grp = MoeGroupBufs{gi, gi + n_expert + 1, gi + 2 * (n_expert + 1), gi + 2 * (n_expert + 1) + n_slots,
-                       gi + 2 * (n_expert + 1) + 2 * n_slots};
-  return r;
-}
+}  // namespace
+
+int64_t moe_mma_scratch_bytes(const MoeP& a) { return moe_layout(a, nullptr).bytes; }
+
+MoePrep moe_mma_prep(const MoeP& a, void* scratch) { return moe_layout(a, scratch).prep; }
 
 bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail* tail, bool prepared) {
   if (a.n_tok <= 0) return true;
   const int64_t n_embd = a.gate.n_in, n_ff = a.gate.ne1, n_expert = a.gate.rows / a.gate.ne1, n_slots = a.n_tok * a.k;
-  auto al = [](int64_t v) { return (v + 255) / 256 * 256; };
-  const MoePrep pre = moe_mma_prep(a, scratch);
-  const MoeGroupBufs& grp = pre.grp;
-  MoeMmaBufs b;
-  b.xq = pre.xq;
-  b.xd = pre.xd;
-  uint8_t* p = reinterpret_cast<uint8_t*>(grp.counts) + al((2 * (n_expert + 1) + 3 * n_slots) * 4);
-  b.act_q = reinterpret_cast<int8_t*>(p);
-  p += al(2 * n_slots * n_ff);
-  b.act_d = reinterpret_cast<float*>(p);
-  p += al(n_slots * (n_ff / 32) * 4);
-  b.o = reinterpret_cast<float*>(p);
-
+  const MoeLayout lay = moe_layout(a, scratch);
+  const MoeGroupBufs& grp = lay.prep.grp;
+  const MoeMmaBufs& b = lay.bufs;
   if (!prepared) {
     launch_moe_group(a.ids, n_slots, static_cast<int>(n_expert), grp, st);
     launch_quantize_rows_mma(kMX, a.x, a.n_tok, n_embd, b.xq, b.xd, st);
@@ -391,10 +419,11 @@ bool launch_moe_mma(const MoeP& a, void* scratch, cudaStream_t st, const MoeTail
     launch_typed<1, 4>(a, b, grp, e, st);
   else
     launch_typed<1>(a, b, grp, e, st);
+  // The combine zeroes the counts (after down, their last reader): MoePrep's rest state.
   if (tail && launch_moe_combine_residual(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.n_tok, a.k, n_embd, *tail,
-                                          st))
+                                          st, grp.counts, e))
     return true;
-  launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st);
+  launch_moe_combine(b.o, grp.inv, a.ids, a.weights, a.down_bias, a.out, a.n_tok, a.k, n_embd, st, grp.counts, e);
   return false;
 }
 

@@ -11,9 +11,11 @@
 // same logits) and writes y (only then: the other blocks read it until their ticket); xn
 // is written by one block a token after its ticket (by the last block where xn aliases y).
 // With a MoePrep (the grouped MMA MoE follows), xn's writer also quantizes it into the
-// MoE's int8 input (quantize_group_mma's arithmetic, on the registers), and the last
-// group to finish (a second ticket) groups every slot by expert (group_by_expert): the
-// MoE's grouping and quantization launches are gone.
+// MoE's int8 input (quantize_group_mma's arithmetic, on the registers), and the slots are
+// grouped by expert: as lists (MoePrep::cap), each group's last block places its tokens'
+// slots with atomics on the experts' counts (zero at rest: the MoE's combine zeroes
+// them); packed, the last group to finish (a second ticket) groups every slot
+// (group_by_expert). The MoE's grouping and quantization launches are gone.
 // Why: at 32-64 tokens a call the three kernels are latency-bound (~11 us a layer on the
 // H200), one dependent launch each. (A first version, a warp per token walking its row
 // twice, took ~23 us a layer: ~20 dependent loads a lane.)
@@ -206,6 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
     for (int tt = 0; tt < T; ++tt)
       if (tt < nt && tt % static_cast<int>(gridDim.y) == static_cast<int>(blockIdx.y)) write_xn(tt);
   };
+  if (prep.cap && blockIdx.x == 0 && blockIdx.y == 0)  // the lists' starts (the same every launch)
+    for (int e = tid; e <= n_expert; e += kThreads) prep.grp.offsets[e] = static_cast<int32_t>(e * prep.cap);
   // Ticket: the barrier orders the logit writes before thread 0's release; its acquire (and
   // the barrier after it) orders the other blocks' logits before this block's reads.
   __syncthreads();
@@ -220,8 +224,17 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
     const int64_t t = t0 + warp;
     for (int i = lane; i < n_expert; i += kWarp) lg[warp][i] = __ldcg(p.logits + t * n_expert + i);
     __syncwarp();
-    pick_experts(lg[warp], n_expert, static_cast<int>(p.moe.k), const_cast<int32_t*>(p.moe.ids) + t * p.moe.k,
-                 const_cast<float*>(p.moe.weights) + t * p.moe.k, lane);
+    const int k = static_cast<int>(p.moe.k);
+    int32_t* ids = const_cast<int32_t*>(p.moe.ids) + t * k;
+    pick_experts(lg[warp], n_expert, k, ids, const_cast<float*>(p.moe.weights) + t * k, lane);
+    if (prep.cap) __syncwarp();  // (the ids' writer may be another lane)
+    if (prep.cap && lane < k) {    // slot j of the token at the end of its expert's list
+      const int e = ids[lane];
+      const int32_t at = static_cast<int32_t>(e * prep.cap) + atomicAdd(prep.grp.counts + e, 1);
+      const int32_t s = static_cast<int32_t>(t * k + lane);
+      prep.grp.perm[at] = s;
+      prep.grp.inv[s] = at;
+    }
   }
 #pragma unroll
   for (int tt = 0; tt < T; ++tt) {
@@ -243,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) norm_router_rows_kernel(MoeBlockP
   if (xn_early) write_mine();
   if (tid == 0) counters[blockIdx.x] = 0u;  // graph replays start from 0
   BRASS_PROBE_MARK(7, 4);
-  if (!prep.xq) return;
+  if (!prep.xq || prep.cap) return;
   // Second ticket, as the first: this group's ids (warps 0..nt-1) before the release.
   __syncthreads();
   if (tid == 0) last = ticket_acq_rel(&counters[gridDim.x]) == gridDim.x - 1;
