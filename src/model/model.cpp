@@ -268,9 +268,10 @@ Status Model::submit(std::span<const SeqChunk> batch) {
     row += static_cast<int64_t>(s.tokens.size());
   }
   int64_t n_out = 0;
-  BRASS_TRY(issue_round(steps, feeds, n_out));
+  bool picked = false;
+  BRASS_TRY(issue_round(steps, feeds, n_out, picked));
   Timer timer;
-  BRASS_TRY(issue_picks(steps, n_out).status());  // (every chunk is greedy or sampled)
+  if (!picked) BRASS_TRY(issue_picks(steps, n_out).status());  // (every chunk is greedy or sampled)
   // Each chunk has one output row, in batch order: pick row c is chunk c's.
   p.ticket = be_->download_async(p.picks.data(), picks_->data(), batch.size() * sizeof(int32_t));
   pick_rows_.clear();
@@ -294,7 +295,8 @@ Status Model::collect(std::vector<int32_t>& picks) {
   return Status::ok();
 }
 
-Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out) {
+Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out,
+                          bool& picked) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
   Timer timer;
@@ -344,13 +346,17 @@ Status Model::issue_round(std::span<const Step> steps, std::span<const Feed> fee
 
   times_.prep_s += timer.seconds();
   timer.reset();
+  picked = false;
   if (single) {
     BRASS_TRY(run_decode_round(fwd_graphs_, steps[0].seq_id, seqs, /*greedy=*/false));
   } else if (batch) {
-    // Batched decode: the output rows are the token rows, in order (direct).
-    BRASS_TRY(run_batch_round(n_tok, seqs));
+    // Batched decode: the output rows are the token rows, in order (direct). Every row
+    // greedy: the argmax goes with the head into the round's graph (no launch between the
+    // graph and the picks' download; the head's tail overlaps the argmax's start).
+    picked = std::all_of(steps.begin(), steps.end(), [](const Step& s) { return s.greedy_dst && !s.sample; });
+    BRASS_TRY(run_batch_round(n_tok, seqs, picked));
   } else {
-    record_round(n_tok, n_out, seqs, /*direct=*/false, /*greedy=*/false);
+    record_round(n_tok, n_out, seqs, /*direct=*/false, RoundPick::none);
   }
   times_.issue_s += timer.seconds();
   return Status::ok();
@@ -390,12 +396,16 @@ Status Model::forward_round(std::span<const Step> steps) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
   int64_t n_out = 0;
-  BRASS_TRY(issue_round(steps, {}, n_out));
+  bool picked = false;
+  BRASS_TRY(issue_round(steps, {}, n_out, picked));
   Timer timer;
   if (n_out > 0) {
     const float* lg = logits_->as<float>();  // (n_out, n_vocab)
     // Greedy / sampled rows: only the picks come back.
-    BRASS_ASSIGN_OR_RETURN(const bool any, issue_picks(steps, n_out));
+    bool any = picked;
+    if (!any) {
+      BRASS_ASSIGN_OR_RETURN(any, issue_picks(steps, n_out));
+    }
     std::vector<int32_t> picks;
     if (any) {
       picks.resize(n_out);
@@ -422,7 +432,8 @@ Status Model::forward_round(std::span<const Step> steps) {
 
 Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
                                const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy) {
-  auto record = [&] { record_round(1, 1, seqs, /*direct=*/true, greedy); };
+  const RoundPick pick = greedy ? RoundPick::feedback : RoundPick::none;
+  auto record = [&] { record_round(1, 1, seqs, /*direct=*/true, pick); };
   if (!opt_.use_graphs || be_->host_memory()) {
     record();
     return Status::ok();
@@ -431,15 +442,17 @@ Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_
   return run_in_slot(cache[seq_id], record, /*retarget=*/false);
 }
 
-Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs) {
+Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs, bool pick_rows) {
   constexpr size_t kMaxBatchGraphs = 64;
-  batch_graphs_[n].last_use = ++batch_uses_;
+  const int64_t key = 2 * n + (pick_rows ? 1 : 0);
+  batch_graphs_[key].last_use = ++batch_uses_;
   if (batch_graphs_.size() > kMaxBatchGraphs) {
     auto lru = std::min_element(batch_graphs_.begin(), batch_graphs_.end(),
                                 [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-    batch_graphs_.erase(lru);  // (never n: it was just used)
+    batch_graphs_.erase(lru);  // (never key: it was just used)
   }
-  return run_in_slot(batch_graphs_.at(n), [&] { record_round(n, n, seqs, /*direct=*/true, /*greedy=*/false); },
+  const RoundPick pick = pick_rows ? RoundPick::rows : RoundPick::none;
+  return run_in_slot(batch_graphs_.at(key), [&] { record_round(n, n, seqs, /*direct=*/true, pick); },
                      /*retarget=*/true);
 }
 
@@ -466,7 +479,7 @@ Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, boo
 }
 
 void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
-                         bool direct, bool greedy) {
+                         bool direct, RoundPick round_pick) {
   const GptOssConfig& c = cfg_;
   backend::Backend& be = *be_;
   float* x = x_->as<float>();        // (n_tok, n_embd) residual stream
@@ -525,8 +538,11 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
     be.gather_rows({.x = x, .rows = out_rows_->as<int32_t>(), .out = ox, .n_rows = n_out, .n = c.n_embd});
     be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
   }
-  backend::ArgmaxArgs pick;  // greedy: the pick feeds the next step (token, position, history)
-  if (greedy) pick = {.out = tok(), .pos = this->pos(), .history = history_->as<int32_t>()};
+  backend::ArgmaxArgs pick;  // feedback: the pick feeds the next step (token, position, history)
+  if (round_pick == RoundPick::feedback)
+    pick = {.out = tok(), .pos = this->pos(), .history = history_->as<int32_t>()};
+  else if (round_pick == RoundPick::rows)
+    pick = {.out = picks_->as<int32_t>()};
   be.output_head({.mm = {.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out}, .pick = pick});
 }
 

@@ -163,17 +163,22 @@ class Model {
   struct Feed {
     int64_t row, pick;
   };
-  Status issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out);
+  // picked: the round's picks are in picks_ already (a batched round of greedy rows records
+  // its argmax with the head); else issue_picks follows.
+  Status issue_round(std::span<const Step> steps, std::span<const Feed> feeds, int64_t& n_out, bool& picked);
   // The round's picks into picks_ (argmax, or the sample op when a step samples); false
   // (nothing issued) when no step wants one.
   Result<bool> issue_picks(std::span<const Step> steps, int64_t n_out);
   Status ensure_scratch(int64_t n_tok, int64_t n_out);
   Status prepare_weights();
+  // What a round's output head picks in the same recording: nothing; the greedy feedback
+  // of one decoding sequence (the argmax into tok() / pos() / history_); every output row's
+  // argmax into picks_.
+  enum class RoundPick { none, feedback, rows };
   // Issue the ops of one round (no host sync): layers, then for n_out > 0 the output rows
-  // into logits_ (gathered through out_rows_ unless `direct`), then if `greedy` the
-  // argmax feedback into tok() / pos() / history_.
+  // into logits_ (gathered through out_rows_ unless `direct`) and their `pick`.
   void record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,
-                    bool direct, bool greedy);
+                    bool direct, RoundPick pick);
   struct GraphSlot {
     std::unique_ptr<backend::Graph> graph;
     int64_t eager_runs = 0;
@@ -185,8 +190,9 @@ class Model {
   Status run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_id,
                           const std::vector<std::vector<backend::AttnSeq>>& seqs, bool greedy);
   // Run a round of n >= 2 sequences with one token each (batched decode) through the
-  // graph recorded for n sequences, updated for this round's sequences (see Graph::update).
-  Status run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs);
+  // graph recorded for n sequences (and pick_rows: with every row's argmax into picks_),
+  // updated for this round's sequences (see Graph::update).
+  Status run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs, bool pick_rows);
   // A slot's round: eagerly the first time (and after the scratch moved), then recorded
   // and replayed; `retarget`: each replay is first updated by re-issuing `record`.
   Status run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget);
@@ -210,7 +216,7 @@ class Model {
   std::unique_ptr<backend::Buffer> sample_params_;  // (n_out) backend::SampleParams of a sampled round
   uint64_t scratch_gen_ = 0;  // bumped whenever a scratch buffer moves (graphs then re-capture)
   std::map<int32_t, GraphSlot> fwd_graphs_, greedy_graphs_;
-  std::map<int64_t, GraphSlot> batch_graphs_;  // by batch size
+  std::map<int64_t, GraphSlot> batch_graphs_;  // by 2 x batch size + pick_rows
   uint64_t batch_uses_ = 0;
   RoundTimes times_;
   // Pipelined rounds (submit / collect), oldest first; their picks come back by
