@@ -93,8 +93,9 @@ __device__ __forceinline__ void block_sums(float (&v)[N], float (*sh)[N]) {
 // (2 blocks of 104 KB; ~27 MB a launch), the blocks ~4 us after their wait (probe marks,
 // H100); T = 2 halves that: x32 / x64 +1.4 / +0.3% (T = 4: 64 blocks, the group's last
 // block then writes 4 tokens' y, a 7.7 us tail: x32 -1%).
-// counters: one per token group (blockIdx.x) and one for the launch (counters[gridDim.x]),
-// zero at rest; a group's last block resets its own, the launch's last block the launch's.
+// counters: one per token group (blockIdx.x) and one for the launch (counters[gridDim.x],
+// the packed grouping's second ticket), zero at rest; a group's last block resets its own,
+// the launch's last block the launch's.
 // xn_early: xn aliases neither y nor add, so block g writes xn (and its quantized copy) of
 // the group's tokens g, g + gridDim.y, ... once it has drawn its ticket (a block that is
 // not the last has nothing else to do); otherwise the group's last block writes every
