@@ -7,6 +7,7 @@
 // tensor cores off (the int8 mat-vec path) must agree to its own, looser, error bound,
 // and a whole tiny model's long prefill must track the f32 reference. Fresh seeds, odd
 // sizes, an expert that gets no token and one that gets every token.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -206,6 +207,78 @@ TEST(CudaTensorCores, HeadTilesMatchSplitLayout) {
     tiled.upload(const_cast<void*>(th.value().data), noise.data(), noise.size());  // the split codes
     EXPECT_EQ(run(tiled, th.value()), want) << "the call did not read the tiles";
     if (c.twin) expect_close(got, dense_twin(w, x, bias, c.n_tok, false), 2e-6, 2e-5, "tiled f16 mma head");
+  }
+}
+
+// The output head's greedy picks of 33..64 rows taken by its wgmma call's epilogue
+// (fuse_head_pick): each pick must be the argmax (argmax_row's order: ties to the lower
+// index, NaN never wins) of the logits the same call wrote, and those logits the same bits
+// as a backend's without the fusion, whose picks (an argmax launch after the head) must be
+// the same. Rows not a multiple of 256 (the last block's idle warps), K of 1, 3 and 45
+// chunks; one case with planted ties: two zero rows in blocks far apart whose bias lifts
+// them above every other logit (the lower must win), and a NaN row below both.
+TEST(CudaTensorCores, HeadRowPicksMatchArgmaxOfLogits) {
+  BRASS_REQUIRE_CUDA();
+  Rng rng;
+  SEED_TRACE(rng);
+  auto make = [](bool fuse) -> std::unique_ptr<Backend> {
+    CudaBackendOptions o;
+    o.tensor_cores = false;
+    o.mma_h16_min_tok = 2;
+    o.moe_tiles = true;  // (the head's tile copy: the wgmma kernel reads it)
+    o.fuse_head_pick = fuse;
+    auto r = make_cuda_backend(o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return r.is_ok() ? std::move(r).value() : nullptr;
+  };
+  auto fused = make(true), plain = make(false);
+  ASSERT_TRUE(fused && plain);
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  const bool wgmma = major == 9 && minor == 0;  // (elsewhere the picks are composed: still checked)
+  struct Case { int64_t n_in, n_out, n_tok; bool plant; };
+  for (const Case& c : {Case{64, 70400, 64, false}, Case{192, 72224, 33, false}, Case{2880, 68608, 40, false},
+                        Case{128, 69632, 48, true}}) {
+    SCOPED_TRACE(::testing::Message() << "Q8_0 " << c.n_in << "x" << c.n_out << " tok " << c.n_tok
+                                      << (c.plant ? " planted" : ""));
+    W w(rng, DType::Q8_0, c.n_in, c.n_out, 1, 1.0f);
+    auto bias = rng.vec(c.n_out);
+    const int64_t lo = 1000 + rng.integer(0, 999), hi = c.n_out - 1 - rng.integer(0, 999), nan_row = rng.integer(0, 999);
+    if (c.plant) {
+      const int64_t rb = row_bytes(DType::Q8_0, c.n_in);
+      for (const int64_t r : {lo, hi, nan_row}) std::fill_n(w.bytes.begin() + r * rb, rb, uint8_t{0});  // sums of 0
+      bias[lo] = bias[hi] = 1e4f;
+      bias[nan_row] = std::nanf("");
+    }
+    const auto x = rng.vec(c.n_in * c.n_tok, -3, 3);
+    auto run = [&](Backend& be, std::vector<float>& y) {
+      auto th = be.prepare_output_head(w.view);
+      EXPECT_TRUE(th.is_ok()) << th.status().message();
+      Dev dx = Dev::from(be, x), db = Dev::from(be, bias), dy = Dev::poisoned<float>(be, c.n_out * c.n_tok),
+          dp = Dev::poisoned<int32_t>(be, c.n_tok);
+      be.output_head({.mm = {.w = th.value(), .bias = db.as<float>(), .x = dx.as<float>(), .y = dy.as<float>(),
+                             .n_tok = c.n_tok},
+                      .pick = {.out = dp.as<int32_t>()}});
+      y = dy.get<float>(c.n_out * c.n_tok);
+      return dp.get<int32_t>(c.n_tok);
+    };
+    const int64_t before = cuda_fusion_counts(*fused).head_picks;
+    std::vector<float> yf, yp;
+    const std::vector<int32_t> pf = run(*fused, yf), pp = run(*plain, yp);
+    if (wgmma) EXPECT_EQ(cuda_fusion_counts(*fused).head_picks, before + 1) << "the head call took no picks";
+    EXPECT_EQ(cuda_fusion_counts(*plain).head_picks, 0);
+    ASSERT_EQ(yf.size(), yp.size());
+    EXPECT_EQ(std::memcmp(yf.data(), yp.data(), yf.size() * sizeof(float)), 0) << "the logits differ";
+    EXPECT_EQ(pf, pp) << "the picks differ from the argmax launch's";
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+      const float* row = yf.data() + t * c.n_out;
+      int64_t best = -1;  // argmax_row: NaN never wins, ties to the lower index
+      for (int64_t i = 0; i < c.n_out; ++i)
+        if (!std::isnan(row[i]) && (best < 0 || row[i] > row[best])) best = i;
+      EXPECT_EQ(pf[t], best < 0 ? 0 : best) << "token " << t;
+      if (c.plant) EXPECT_EQ(pf[t], lo) << "token " << t << ": the tie went to the higher row or NaN won";
+    }
   }
 }
 

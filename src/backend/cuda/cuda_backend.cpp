@@ -150,23 +150,27 @@ class CudaGraph final : public Graph {
   GraphUpdater updater_;
 };
 
+// Which of batched decode's fusions a backend takes (CudaBackendOptions' fields).
+struct Fusions {
+  bool copies, qkv_rope, moe_lists, head_pick;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool q8x, const TcOptions* tc, int64_t mma_moe_min_tok, int64_t mma_dense_max_tok,
-              int64_t mma_h16_min_tok, bool moe_tiles, bool copies, bool fuse_rope, bool moe_lists)
+              int64_t mma_h16_min_tok, bool moe_tiles, const Fusions& fusions)
       : device_(device),
         q8x_(q8x),
         moe_tiles_(moe_tiles),
-        copies_(copies),
-        fuse_rope_(fuse_rope),
-        moe_lists_(moe_lists),
+        on_(fusions),
         mma_moe_min_tok_(mma_moe_min_tok),
         mma_dense_max_tok_(mma_dense_max_tok),
         mma_h16_min_tok_(mma_h16_min_tok) {
     BRASS_CUDA_CHECK(cudaSetDevice(device));
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &head_parts_, &head_ticket_,
-                        &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_, &shadow_buf_})
+                        &pick_parts_, &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_,
+                        &shadow_buf_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -303,16 +307,24 @@ class CudaBackend final : public Backend {
     if (updating_) return;
     launch_rms_norm({const_cast<float*>(a.x), nullptr, a.weight, a.out, a.n_rows, a.n, a.eps}, false, st_);
   }
-  void matmul(const MatmulArgs& a) override {
-    if (updating_) return;
+  MatmulP matmul_params(const MatmulArgs& a) const {
     MatmulP p{dev_weight(a.w), a.bias, a.x, a.y, a.n_tok};
     if (!tiles_.empty())
       if (const auto it = tiles_.find(a.w.data); it != tiles_.end()) p.w.tiles = it->second;
+    return p;
+  }
+  // The MMA call of one matrix (use_dense_mma), with the output head's picks where set.
+  void launch_dense_mma(const MatmulP& p, const PickEpi* pick = nullptr) {
+    const bool h16 = p.n_tok >= mma_h16_min_tok_;
+    const std::span<const MatmulP> one(&p, 1);
+    launch_matmul_mma(one, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(one, h16))), st_,
+                      h16 ? shadow_of(p.x) : nullptr, nullptr, pick);
+  }
+  void matmul(const MatmulArgs& a) override {
+    if (updating_) return;
+    const MatmulP p = matmul_params(a);
     if (q8x_ && use_dense_mma(p)) {
-      const bool h16 = p.n_tok >= mma_h16_min_tok_;
-      const std::span<const MatmulP> one(&p, 1);
-      launch_matmul_mma(one, h16, mma_dense_.get(static_cast<size_t>(matmul_mma_scratch_bytes(one, h16))), st_,
-                        h16 ? shadow_of(a.x) : nullptr);
+      launch_dense_mma(p);
       return;
     }
     if (tc_ && tc_->matmul(p)) return;
@@ -377,7 +389,7 @@ class CudaBackend final : public Backend {
   }
   MoeP moe_params(const MoeArgs& a) const {
     MoeP p{a.x, a.ids, a.weights, dev_weight(a.gate), dev_weight(a.up), dev_weight(a.down), a.gate_bias,
-           a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit, moe_lists_};
+           a.up_bias, a.down_bias, a.out, a.n_tok, a.k, a.alpha, a.limit, on_.moe_lists};
     if (!tiles_.empty()) {
       for (auto [w, d] : {std::pair{a.gate.data, &p.gate}, std::pair{a.up.data, &p.up}, std::pair{a.down.data, &p.down}})
         if (const auto it = tiles_.find(w); it != tiles_.end()) d->tiles = it->second;
@@ -555,7 +567,7 @@ class CudaBackend final : public Backend {
   // f16 kernel (CudaBackendOptions::fuse_qkv_rope).
   bool qkv_rope_fusable(const AttnQkvArgs& a, std::span<const SeqP> seqs, std::span<const MatmulP> m,
                         bool h16) const {
-    if (!fuse_rope_ || !rope_store_on() || (a.kv_type != DType::F16 && a.kv_type != DType::F32)) return false;
+    if (!on_.qkv_rope || !rope_store_on() || (a.kv_type != DType::F16 && a.kv_type != DType::F32)) return false;
     for (size_t i = 0; i < seqs.size(); ++i)
       if (seqs[i].tok0 != static_cast<int64_t>(i)) return false;
     return rope_rows_apply(rope_store_p(a, seqs)) && matmul_mma_rope_fusable(m, h16, a.head_dim);
@@ -566,9 +578,21 @@ class CudaBackend final : public Backend {
     unsigned* counter = static_cast<unsigned*>(argmax_counter_.get(a.n_rows * sizeof(unsigned)));
     launch_argmax({a.x, a.out, a.n_rows, a.n, a.pos, a.history}, partial, counter, st_);
   }
-  // One row of a Q8_0 head: cuda_head.cu (the pick in the same launch); else composed.
+  // Several rows' greedy picks (no feedback) taken by the head's wgmma call's epilogue
+  // (CudaBackendOptions::fuse_head_pick): the logits are written as by matmul().
+  bool head_rows_pick(const OutputHeadArgs& a) {
+    if (!on_.head_pick || !q8x_ || !a.pick.out || a.pick.pos || a.mm.n_tok < 2) return false;
+    const MatmulP p = matmul_params(a.mm);
+    if (!use_dense_mma(p) || !matmul_mma_pick_fusable(p, p.n_tok >= mma_h16_min_tok_)) return false;
+    const PickEpi pick{pick_parts_.get(static_cast<size_t>(matmul_mma_pick_parts(p)) * 8), a.pick.out};
+    launch_dense_mma(p, &pick);
+    ++fusions_.head_picks;
+    return true;
+  }
+  // One row of a Q8_0 head: cuda_head.cu (the pick in the same launch); several rows with
+  // their picks: head_rows_pick; else composed.
   void output_head(const OutputHeadArgs& a) override {
-    if (updating_) return;
+    if (updating_ || head_rows_pick(a)) return;
     const DevW w = dev_weight(a.mm.w);
     if (!q8x_ || !head_supported(w, a.mm.n_tok)) {
       Backend::output_head(a);
@@ -681,9 +705,7 @@ class CudaBackend final : public Backend {
   int device_;
   bool q8x_;
   bool moe_tiles_;  // CudaBackendOptions::moe_tiles
-  bool copies_;     // CudaBackendOptions::activation_copies (and BRASS_CUDA_SHADOW)
-  bool fuse_rope_;  // CudaBackendOptions::fuse_qkv_rope (and BRASS_CUDA_QKV_ROPE)
-  bool moe_lists_;  // CudaBackendOptions::moe_lists (and BRASS_CUDA_MOE_LISTS)
+  Fusions on_;  // batched decode's fusions (CudaBackendOptions, and their knobs)
   // The weights prepare_weight gave a tile copy (device pointer -> the copy, DevW::tiles);
   // the MoE ops look their experts up here.
   std::unordered_map<const void*, const uint8_t*> tiles_;
@@ -698,6 +720,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> stage_ev_;
   Scratch stage_dev_, attn_, act_, argmax_partial_, argmax_counter_, kvtab_, attntab_, mma_, mma_dense_;
   Scratch head_parts_, head_ticket_;  // output_head with a pick: the blocks' best; the ticket
+  Scratch pick_parts_;                 // head_rows_pick: the blocks' best of each row
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   // f16 copies of activations, written by their producer for the f16 dense call that reads
@@ -715,7 +738,7 @@ class CudaBackend final : public Backend {
   // Whether producers write copies for n_tok-token calls: where the dense calls take the
   // f16 MMA kernels (CudaBackendOptions::activation_copies).
   bool shadows_for(int64_t n_tok) const {
-    return copies_ && q8x_ && n_tok >= 2 && n_tok >= mma_h16_min_tok_ && n_tok <= mma_dense_max_tok_;
+    return on_.copies && q8x_ && n_tok >= 2 && n_tok >= mma_h16_min_tok_ && n_tok <= mma_dense_max_tok_;
   }
   // The area: kShadowElems halves (64 tokens of 8,192), allocated once, at first use: a
   // graph's dense call holds its address as a parameter while the attention finds it in
@@ -784,11 +807,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   if (const int m = env_int("BRASS_CUDA_MMA_H16_MIN"); m > 0) h16_min = m;
   bool tiles = o.moe_tiles;
   if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
+  bool head_pick = o.fuse_head_pick;
+  if (const char* m = std::getenv("BRASS_CUDA_HEAD_PICK"); m && (*m == '0' || *m == '1')) head_pick = *m == '1';
   return std::unique_ptr<Backend>(
       std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles,
-                                    o.activation_copies && knob_on("BRASS_CUDA_SHADOW"),
-                                    o.fuse_qkv_rope && knob_on("BRASS_CUDA_QKV_ROPE"),
-                                    o.moe_lists && knob_on("BRASS_CUDA_MOE_LISTS")));
+                                    Fusions{.copies = o.activation_copies && knob_on("BRASS_CUDA_SHADOW"),
+                                            .qkv_rope = o.fuse_qkv_rope && knob_on("BRASS_CUDA_QKV_ROPE"),
+                                            .moe_lists = o.moe_lists && knob_on("BRASS_CUDA_MOE_LISTS"),
+                                            .head_pick = head_pick}));
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {

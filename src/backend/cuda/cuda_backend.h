@@ -79,6 +79,12 @@ struct CudaBackendOptions {
   // placing its own, instead of packed by one block once every token has its picks: the
   // same MoE bits. BRASS_CUDA_MOE_LISTS=0 turns it off.
   bool moe_lists = true;
+  // The output head's call of 33..64 greedy rows (batched decode's graph) on the wgmma
+  // kernel takes each row's argmax in its epilogue, instead of an argmax launch re-reading
+  // the logits: the same picks. Off: slower on the H200 (x64 -0.2..0.4%; the argmax launch
+  // reads the logits from L2 and overlaps the head's tail). BRASS_CUDA_HEAD_PICK=1 / 0
+  // overrides.
+  bool fuse_head_pick = false;
 };
 
 // Bytes of the MMA tile copy moe_tiles adds for a weight of this type and shape (ggml
@@ -101,11 +107,13 @@ CudaUploadStats cuda_upload_stats(const Backend& b);
 // How often a CUDA backend took its batched-decode fusions so far (tests: that the fused
 // form ran): dense calls that read an f16 activation copy (activation_copies), q / k / v
 // calls that did the RoPE + KV store (fuse_qkv_rope), MoE blocks grouped as lists
-// (moe_lists). Counted as issued (a graph's once).
+// (moe_lists), head calls that picked their rows (fuse_head_pick). Counted as issued (a
+// graph's once).
 struct CudaFusionCounts {
   int64_t copies_read = 0;
   int64_t qkv_ropes = 0;
   int64_t moe_lists = 0;
+  int64_t head_picks = 0;
 };
 CudaFusionCounts cuda_fusion_counts(const Backend& b);
 

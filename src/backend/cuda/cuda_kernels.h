@@ -439,11 +439,21 @@ struct RopeEpi {
   float mscale = 1.0f;
   bool f16 = true;
 };
+// The output head's greedy picks taken by its wgmma call (33..64 rows): out[t] = the
+// argmax of row t of y (argmax_row's order), through parts: matmul_mma_pick_parts(m)
+// 8-byte entries of scratch.
+struct PickEpi {
+  void* parts = nullptr;
+  int32_t* out = nullptr;
+};
 // xh: ms[0].x in f16 already (a producer's copy, CudaBackend::shadow_of), or null: the
 // f16 kernels' calls then skip their to_half launch. rope: only where
-// matmul_mma_rope_fusable(ms, h16, head_dim).
+// matmul_mma_rope_fusable(ms, h16, head_dim); pick: only where matmul_mma_pick_fusable.
 void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st,
-                       const __half* xh = nullptr, const RopeEpi* rope = nullptr);
+                       const __half* xh = nullptr, const RopeEpi* rope = nullptr, const PickEpi* pick = nullptr);
+// Whether one matmul runs on the wgmma kernel, whose epilogue can take the greedy picks.
+bool matmul_mma_pick_fusable(const MatmulP& m, bool h16);
+int64_t matmul_mma_pick_parts(const MatmulP& m);
 // Whether a q / k / v call (three matrices, head_dim 64) runs on the f16 256-row kernel
 // split over K, whose cluster sum can rotate and store (RopeEpi).
 bool matmul_mma_rope_fusable(std::span<const MatmulP> ms, bool h16, int64_t head_dim);

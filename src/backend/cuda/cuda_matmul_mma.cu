@@ -570,9 +570,9 @@ void launch_typed(const MatmulP& a, const Parts& ps, const Plan& pl, int8_t* xq,
 
 // ready: a.x in f16 already (the producer wrote it), else xh takes it from to_half.
 void launch_half(const MatmulP& a, const Parts& ps, const Plan& pl, __half* xh_scratch, const __half* ready,
-                 float* part, unsigned* tickets, cudaStream_t st, const RopeEpi* rope) {
+                 float* part, unsigned* tickets, cudaStream_t st, const RopeEpi* rope, const PickEpi* pick) {
   if (pl.wg) {  // (its own K order: to_half_wg)
-    launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh_scratch, st);
+    launch_h16_wg(ps, a.n_tok, pl.gx, pl.ksplit, a.x, xh_scratch, st, pick);
     return;
   }
   if (!ready) launch_to_half(a.x, nullptr, 1, xh_scratch, false, a.n_tok, a.w.n_in, st);
@@ -665,8 +665,15 @@ bool matmul_mma_rope_fusable(std::span<const MatmulP> ms, bool h16, int64_t head
   return pl.h16 && pl.wide && !pl.wg && pl.ksplit > 1;
 }
 
+bool matmul_mma_pick_fusable(const MatmulP& m, bool h16) {
+  const Plan pl = plan(std::span<const MatmulP>(&m, 1), h16);
+  return pl.wg && pl.ksplit == 1;
+}
+
+int64_t matmul_mma_pick_parts(const MatmulP& m) { return wg_pick_parts_count(m.n_tok, m.w.rows / kRows); }
+
 void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cudaStream_t st, const __half* xh,
-                       const RopeEpi* rope) {
+                       const RopeEpi* rope, const PickEpi* pick) {
   const MatmulP& a = ms[0];
   if (a.n_tok <= 0) return;
   uint8_t* s = static_cast<uint8_t*>(scratch);
@@ -677,7 +684,7 @@ void launch_matmul_mma(std::span<const MatmulP> ms, bool h16, void* scratch, cud
   const Plan pl = plan(ms, h16);
   const Parts ps = parts_of(ms);
   if (pl.h16)
-    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), xh, part, tickets, st, rope);
+    launch_half(a, ps, pl, reinterpret_cast<__half*>(xs), xh, part, tickets, st, rope, pick);
   else if (a.w.type == kQ8)
     launch_typed<kQ8>(a, ps, pl, reinterpret_cast<int8_t*>(xs), xd, part, tickets, st);
   else

@@ -139,12 +139,74 @@ __device__ __forceinline__ void wg_chunk(const WideW& b, uint32_t stage, float (
   }
 }
 
+// The greedy picks' first step (no K split): per token, the block's best row of the values
+// write_tile stored (acc + bias; arg_better's order: NaN never wins, ties to the lower row)
+// into parts[token * gridDim.y + blockIdx.y]. A warp's best of its 32 rows of a token
+// column sits in the 8 lanes of one t (rows g + 8 i); the 8 warps' meet in shared memory
+// (over the stages, once every warp is past its last chunk).
+__device__ __forceinline__ void wg_pick_parts(const float (&acc)[2][8][4], const Parts& ps, int tile, int n_tok,
+                                              ArgBest* parts, uint8_t* smem) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane >> 2, t = lane & 3;
+  ArgBest* sh = reinterpret_cast<ArgBest*>(smem);  // [kWideWarps][kWgTok]
+  const bool live = tile < ps.end[2];
+  const Parts::One o = ps.at(live ? tile : 0);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      ArgBest b{-INFINITY, -1};
+      if (live)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int c = 2 * h + p;
+            const int64_t r = o.r0 + c_row(g, mt, c);
+            b = arg_better(b, ArgBest{acc[mt][j][c] + (o.bias ? o.bias[r] : 0.f), static_cast<int>(r)});
+          }
+#pragma unroll
+      for (int off = 4; off < kWarp; off <<= 1)
+        b = arg_better(b, ArgBest{__shfl_xor_sync(0xffffffffu, b.v, off), __shfl_xor_sync(0xffffffffu, b.i, off)});
+      if (g == 0) sh[warp * kWgTok + 8 * j + 2 * t + p] = b;
+    }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < n_tok) {
+    ArgBest b = sh[threadIdx.x];
+    for (int w = 1; w < kWideWarps; ++w) b = arg_better(b, sh[w * kWgTok + threadIdx.x]);
+    parts[threadIdx.x * gridDim.y + blockIdx.y] = b;
+  }
+}
+
+// out[t] = the best of token t's n_parts block bests (0 where there is none: an all-NaN
+// row, as argmax_row); a block per token.
+__global__ void wg_pick_rows_kernel(const ArgBest* __restrict__ parts, int n_parts, int32_t* out) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ ArgBest sh[kWideWarps];
+  const int t = blockIdx.x, warp = threadIdx.x / kWarp;
+  ArgBest b{-INFINITY, -1};
+  for (int k = threadIdx.x; k < n_parts; k += blockDim.x) b = arg_better(b, parts[static_cast<int64_t>(t) * n_parts + k]);
+  b = warp_best(b);
+  if (threadIdx.x % kWarp == 0) sh[warp] = b;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kWideWarps; ++w) b = arg_better(b, sh[w]);
+  out[t] = b.i < 0 ? 0 : b.i;
+}
+
 // grid (1, ceil(row tiles / 8), ksplit), clusters (1, 1, ksplit), kWgSmem bytes of dynamic
 // shared memory: block (0, y, z) computes row tiles [8 y, 8 y + 8) for all n_tok <= 64
 // tokens over the z-th of ksplit ranges of chunks. xh: (n_tok, n) f16 activations in
 // to_half_wg_kernel's order; n % 64 == 0; matrix 0's tile copy (kQ8TileBytes) in ps.w[0].tiles.
+// parts (ksplit 1, or null): the greedy picks' block bests (wg_pick_parts). With the picks
+// compiled in, ptxas spills 52 bytes here instead of 72, and the calls without picks ran
+// faster too: H200, same call, x48 / x64 8,552-8,557 / 9,990-9,999 -> 8,576-8,583 /
+// 10,020-10,052 tok/s (BENCHMARKS.md, session 35). Where the spills sit was not looked
+// at (no cuobjdump on the development machine): `SASS_AFTER=matmul_h16_wg bash
+// bench/cuda_device_run.sh build sass` is the next step before touching this kernel.
 __global__ void __launch_bounds__(kWideWarps * kWarp, 2)
-    matmul_h16_wg_kernel(Parts ps, const __half* __restrict__ xh, int n_tok) {
+    matmul_h16_wg_kernel(Parts ps, const __half* __restrict__ xh, int n_tok, ArgBest* parts) {
   constexpr int NB = 2;  // weight buffers (chunks in flight a warp)
   extern __shared__ __align__(128) uint8_t smem[];
   float(*red)[2 * 8 * 4][kWarp] = reinterpret_cast<float(*)[2 * 8 * 4][kWarp]>(smem);  // over the stages
@@ -223,6 +285,7 @@ __global__ void __launch_bounds__(kWideWarps * kWarp, 2)
   }
   if (ksplit > 1) __syncthreads();  // red overlays the stages
   wide_finish<8>(acc, red, bsh, bias_mine, ps, tile, 0, n_tok);
+  if (parts) wg_pick_parts(acc, ps, tile, n_tok, parts, smem);
 }
 
 // dst: x's rows (n_rows, n) in f16, each 64-column chunk in the wgmma K order above (a
@@ -258,16 +321,23 @@ bool wg_usable(int64_t n_tok, int64_t n_in) {
 }
 
 void launch_h16_wg(const Parts& ps, int64_t n_tok, int64_t tiles, int ksplit, const float* x, __half* xh,
-                   cudaStream_t st) {
+                   cudaStream_t st, const PickEpi* pick) {
   const int64_t n = ps.w[0].n_in;
   const dim3 g(static_cast<unsigned>(std::min<int64_t>((n / 4 + 255) / 256 + 1, 16)), static_cast<unsigned>(n_tok));
   launch_pdl(to_half_wg_kernel, g, dim3(256), 0, st, x, xh, n_tok, n);
   BRASS_CUDA_LAUNCHED();
   const dim3 grid(1, static_cast<unsigned>((tiles + kWideWarps - 1) / kWideWarps), static_cast<unsigned>(ksplit));
+  ArgBest* parts = pick && ksplit == 1 ? static_cast<ArgBest*>(pick->parts) : nullptr;
   launch_pdl_cluster(matmul_h16_wg_kernel, grid, dim3(kWideWarps * kWarp), dim3(1, 1, grid.z), kWgSmem, st, ps, xh,
-                     static_cast<int>(n_tok));
+                     static_cast<int>(n_tok), parts);
+  BRASS_CUDA_LAUNCHED();
+  if (!parts) return;
+  launch_pdl(wg_pick_rows_kernel, dim3(static_cast<unsigned>(n_tok)), dim3(kWideWarps * kWarp), 0, st,
+             static_cast<const ArgBest*>(parts), static_cast<int>(grid.y), pick->out);
   BRASS_CUDA_LAUNCHED();
 }
+
+int64_t wg_pick_parts_count(int64_t n_tok, int64_t tiles) { return n_tok * ((tiles + kWideWarps - 1) / kWideWarps); }
 
 }  // namespace wide
 }  // namespace brass::backend::cuda

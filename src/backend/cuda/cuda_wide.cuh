@@ -235,7 +235,10 @@ __device__ __forceinline__ void wide_finish_rope(const float (&acc)[2][NT][4], f
 bool wg_usable(int64_t n_tok, int64_t n_in);
 // x (n_tok, n_in) f32 -> xh (f16, the kernel's K order), then y of ps's matrix 0 (read from
 // its tile copy; tiles 32-row tiles) over a K split of ksplit (clusters of ksplit blocks).
+// pick (ksplit 1, or null): then each token's argmax row into pick->out, through
+// wg_pick_parts_count(n_tok, tiles) entries of pick->parts.
 void launch_h16_wg(const Parts& ps, int64_t n_tok, int64_t tiles, int ksplit, const float* x, __half* xh,
-                   cudaStream_t st);
+                   cudaStream_t st, const PickEpi* pick = nullptr);
+int64_t wg_pick_parts_count(int64_t n_tok, int64_t tiles);
 
 }  // namespace brass::backend::cuda::wide
