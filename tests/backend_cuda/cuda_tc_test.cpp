@@ -86,12 +86,14 @@ std::vector<float> dense_twin(const W& w, const std::vector<float>& x, const std
   return y;
 }
 
-// A backend whose matmuls of 2..64 tokens take the f16 MMA kernels (tiles: moe_tiles on).
-std::unique_ptr<Backend> f16_mma_backend(bool tiles) {
+// A backend whose matmuls of 2..64 tokens take the f16 MMA kernels (tiles: moe_tiles on;
+// head_pick: fuse_head_pick on).
+std::unique_ptr<Backend> f16_mma_backend(bool tiles, bool head_pick = false) {
   CudaBackendOptions o;
   o.tensor_cores = false;
   o.mma_h16_min_tok = 2;
   o.moe_tiles = tiles;
+  o.fuse_head_pick = head_pick;
   auto r = make_cuda_backend(o);
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return r.is_ok() ? std::move(r).value() : nullptr;
@@ -221,17 +223,8 @@ TEST(CudaTensorCores, HeadRowPicksMatchArgmaxOfLogits) {
   BRASS_REQUIRE_CUDA();
   Rng rng;
   SEED_TRACE(rng);
-  auto make = [](bool fuse) -> std::unique_ptr<Backend> {
-    CudaBackendOptions o;
-    o.tensor_cores = false;
-    o.mma_h16_min_tok = 2;
-    o.moe_tiles = true;  // (the head's tile copy: the wgmma kernel reads it)
-    o.fuse_head_pick = fuse;
-    auto r = make_cuda_backend(o);
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    return r.is_ok() ? std::move(r).value() : nullptr;
-  };
-  auto fused = make(true), plain = make(false);
+  // (tiles: the head's tile copy, which the wgmma kernel reads)
+  auto fused = f16_mma_backend(true, true), plain = f16_mma_backend(true, false);
   ASSERT_TRUE(fused && plain);
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
