@@ -35,7 +35,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kGroup = 8;      // rows a warp takes at once (4 lanes a row)
-constexpr int kMinBlocks = 3;  // blocks an SM (register cap 85)
+constexpr int kMinBlocks = 3;  // blocks an SM (register cap 85): head_q8_kernel
+// The flat walk's batch and blocks an SM: batches of 3 chunks a lane in 4 blocks an SM
+// (62 registers) instead of 5 in 3 (80 registers, 4 bytes spilled). H200, session 36:
+// tg128 858-860 -> 860-862 (one call, two rounds), against the tree before it 859-864 ->
+// 861-862 (three rounds): within noise, not worse, no spill. Larger batches in fewer
+// warps lost (8 x 2, 6 x 2, 10 x 2: the head 155 -> 164-172 us a token; 4 x 4 spills).
+constexpr int kFlatBatch = 3, kFlatBlocks = 4;
 
 template <int B>
 struct Batch {
@@ -185,7 +191,7 @@ __device__ __forceinline__ void load_flat(Batch<B>& bt, const DevW& w, int64_t g
 }
 
 template <bool PICK, int B>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) head_flat_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
+__global__ void __launch_bounds__(kThreads, kFlatBlocks) head_flat_kernel(HeadP p, ArgBest* parts, unsigned* ticket) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ ArgBest sh[kWarp];
   const DevW& w = p.w;
@@ -237,20 +243,23 @@ bool head_flat_on() {
 }
 template <bool PICK>
 HeadKernel<PICK> head_kernel(int64_t n) {
-  if (n >= 512 && head_flat_on()) return head_flat_kernel<PICK, 5>;
+  if (n >= 512 && head_flat_on()) return head_flat_kernel<PICK, kFlatBatch>;
   return head_q8_kernel<PICK, 5>;
 }
 
+// Blocks a launch: as many as fit the SMs at once (the walk is persistent), at most one
+// a group of warps. The occupancy of each walk once (n: a representative row length).
 template <bool PICK>
-int head_blocks(int64_t groups) {
-  static const int per_sm = [] {  // (every variant is built for kMinBlocks)
+int head_blocks(int64_t groups, int64_t n_in) {
+  auto fit = [](int64_t n) {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_kernel<PICK>(4096), kThreads, head_smem(4096)) !=
-        cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, head_kernel<PICK>(n), kThreads, head_smem(n)) != cudaSuccess)
       b = 1;
     return b < 1 ? 1 : b;
-  }();
-  const int64_t want = static_cast<int64_t>(per_sm) * sm_count();
+  };
+  static const int flat = fit(4096), rows4 = fit(256);
+  const int64_t want = static_cast<int64_t>(head_kernel<PICK>(n_in) == head_kernel<PICK>(4096) ? flat : rows4) *
+                       sm_count();
   const int64_t need = (groups + kWarps - 1) / kWarps;
   return static_cast<int>(want < need ? want : need);
 }
@@ -269,16 +278,16 @@ bool head_supported(const DevW& w, int64_t n_tok) {
          w.rows < (int64_t(1) << 31);
 }
 
-int head_parts(const DevW& w) { return head_blocks<true>((w.rows + kGroup - 1) / kGroup); }
+int head_parts(const DevW& w) { return head_blocks<true>((w.rows + kGroup - 1) / kGroup, w.n_in); }
 
 void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st) {
   const int64_t groups = (p.w.rows + kGroup - 1) / kGroup;
   const size_t sm = head_smem(p.w.n_in);
   if (p.out) {
-    const dim3 grid(static_cast<unsigned>(head_blocks<true>(groups)));
+    const dim3 grid(static_cast<unsigned>(head_blocks<true>(groups, p.w.n_in)));
     launch_pdl(head_kernel<true>(p.w.n_in), grid, dim3(kThreads), sm, st, p, static_cast<ArgBest*>(parts), ticket);
   } else {
-    const dim3 grid(static_cast<unsigned>(head_blocks<false>(groups)));
+    const dim3 grid(static_cast<unsigned>(head_blocks<false>(groups, p.w.n_in)));
     launch_pdl(head_kernel<false>(p.w.n_in), grid, dim3(kThreads), sm, st, p, static_cast<ArgBest*>(nullptr),
                static_cast<unsigned*>(nullptr));
   }
