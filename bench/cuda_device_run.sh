@@ -10,7 +10,7 @@
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
 #   once per setting (same build: the BRASS_CUDA_* measurement knobs; --words are bench arguments); ncu_streams: per-kernel time of
 #   ~2 batched steps at NCU_STREAMS (default 64); pipes: pipe use and stall reasons of the
-#   NCU_KERNELS (regex) in a batched step. trace: the decode chain in graphs, per kernel (CUPTI
+#   NCU_KERNELS (regex) in a batched step (PIPES_ARGS: other bench arguments, e.g. "--depth 0 --n-gen 8" for one-token decode). trace: the decode chain in graphs, per kernel (CUPTI
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
 #   env setting in TRACE_AB ("A=1;A=0"), bench arguments TRACE_ARGS (e.g. "--n-gen 0 --streams 32":
 #   one batched step per "token"); burst: cold-read time of one kernel per size
@@ -134,7 +134,7 @@ for s in $STAGES; do
       done
       for k in ${NCU_KERNELS:-moe_gate_up_mma moe_down_mma}; do
         timeout 150 ncu --clock-control none -k regex:$k --launch-skip 40 --launch-count 1 --metrics $MET \
-          $B/bench/cuda_decode_bench "${SRC[@]}" --n-gen 0 --streams ${NCU_STREAMS:-64} > "$OUT/pipes_$k.txt" 2>&1
+          $B/bench/cuda_decode_bench "${SRC[@]}" ${PIPES_ARGS:---n-gen 0 --streams ${NCU_STREAMS:-64}} > "$OUT/pipes_$k.txt" 2>&1
         echo "== $k"; grep -E "smsp__|sm__|gpu__|dram__" "$OUT/pipes_$k.txt" | sed 's/  */ /g'
       done ;;
     trace)
