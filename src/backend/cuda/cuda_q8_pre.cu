@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
 // XS: x (n_in <= kMaxXs) copied to shared memory while the rows load, so the dot products
 // read it there instead of from L2 once the rows have arrived.
 constexpr int kMaxXs = 4 * kNormVec * kThreads;  // the launch's n_embd bound
-template <int TYPE, int C, bool XS>
+template <int TYPE, int C, bool XS, bool LUT = false>
 __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
                                                                      const float* __restrict__ ub,
                                                                      const int8_t* __restrict__ xq,
@@ -262,6 +262,10 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   __shared__ bool last;
   __shared__ __align__(16) int8_t sxq[XS ? kMaxXs : 16];
   __shared__ float sxd[XS ? kMaxXs / 32 : 1];
+  // LUT: MXFP4's tables through shared memory (MxLut), a copy a lane: read as slut[lane]
+  // they are no warp-uniform value ptxas could keep in a uniform register (from which
+  // it would move them again before every permute).
+  __shared__ uint32_t slut[2 * kWarp];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
@@ -289,11 +293,16 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
     if (t < n16) reinterpret_cast<int4*>(sxq)[t] = a0;
     if (t + kT < n16) reinterpret_cast<int4*>(sxq)[t + kT] = a1;
     if (t < n32) sxd[t] = d0;
+    if (LUT && t < kWarp) {
+      slut[t] = kMxP0;
+      slut[kWarp + t] = kMxN0;
+    }
     __syncthreads();
   }
   const int8_t* xs = XS ? sxq : xq;
   const float* ds = XS ? sxd : xd;
-  const float2 guv = frag_dot2<TYPE, C>(g, u, xs, ds, nc, lane);  // x read once for both rows
+  const MxLut lut = LUT ? MxLut{slut[lane], slut[kWarp + lane]} : MxLut{kMxP0, kMxN0};
+  const float2 guv = frag_dot2<TYPE, C>(g, u, xs, ds, nc, lane, lut);  // x read once for both rows
   const float gv = warp_sum(guv.x), uv = warp_sum(guv.y);
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
   BRASS_PROBE_MARK(1, 3);
@@ -319,7 +328,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // STAGE (MXFP4): the rows' codes go to shared memory by cp.async (their scales stay in
 // registers), so the kernel fits 3 blocks an SM and all 360 blocks of gpt-oss load before
 // the wait (in registers, 124 of them: 2 blocks an SM, 96 blocks after the wait).
-template <int TYPE, int C, bool STAGE>
+template <int TYPE, int C, bool STAGE, bool LUT = false>
 __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
     moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_qd,
                         const int32_t* __restrict__ ids,
@@ -360,6 +369,11 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   copy_to_smem<4>(reinterpret_cast<int4*>(smem), reinterpret_cast<const int4*>(act_qd),
                   static_cast<int>(down_act_smem(n) / 16));
   if constexpr (STAGE) cp_async_wait_all();
+  __shared__ uint32_t slut[2 * kWarp];  // LUT: as in gate_up_xq_kernel
+  if (LUT && threadIdx.x < kWarp) {
+    slut[threadIdx.x] = kMxP0;
+    slut[kWarp + threadIdx.x] = kMxN0;
+  }
   __syncthreads();
   BRASS_PROBE_MARK(2, 2);
   if (!live) return;
@@ -367,7 +381,9 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   float part[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
-    if constexpr (STAGE) part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane);
+    if constexpr (STAGE)
+      part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane,
+                                 LUT ? MxLut{slut[lane], slut[kWarp + lane]} : MxLut{kMxP0, kMxN0});
     else part[j] = frag_dot<TYPE, C>(f[j], sq + j * n, sd + j * (n / 32), nc, lane);
   }
   float sum = 0.f;
@@ -517,6 +533,12 @@ void allow_staged_smem() {
   (void)set;
 }
 
+// BRASS_CUDA_MX_LUT=0: the one-token MoE's MXFP4 tables as constants (MxLut).
+bool mx_lut_on() {
+  static const bool on = knob_on("BRASS_CUDA_MX_LUT");
+  return on;
+}
+
 // BRASS_CUDA_DOWN_STAGE=0: the MoE down rows in registers.
 bool down_stage_on() {
   static const bool on = knob_on("BRASS_CUDA_DOWN_STAGE");
@@ -584,7 +606,10 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
                static_cast<size_t>(n_embd) * 4, st, a, s.xq, s.xd, counters);
   }
   BRASS_CUDA_LAUNCHED();
-  auto gu = gu_xsmem_on() ? gate_up_xq_kernel<TYPE, C, true> : gate_up_xq_kernel<TYPE, C, false>;
+  const bool lut = TYPE == kMX && mx_lut_on();
+  auto gu = !gu_xsmem_on() ? gate_up_xq_kernel<TYPE, C, false>
+            : lut          ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX>
+                           : gate_up_xq_kernel<TYPE, C, true>;
   launch_pdl(gu, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
              dim3(kGuRows * kWarp), 0, st, m.gate, m.up, m.gate_bias, m.up_bias, static_cast<const int8_t*>(s.xq),
              static_cast<const float*>(s.xd), static_cast<const int32_t*>(m.ids), s.act, s.act_q, s.act_d,
@@ -595,8 +620,10 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   float* out = a.accumulate ? a.y : m.out;
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
+    auto down = lut ? moe_down_pre_kernel<TYPE, C, kS, kS> : moe_down_pre_kernel<TYPE, C, kS>;
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
-    launch_pdl(moe_down_pre_kernel<TYPE, C, kS>, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
+    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS>>();
+    launch_pdl(down, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
                aq, m.ids, m.weights, out, a.accumulate);
   } else {
     launch_pdl(moe_down_pre_kernel<TYPE, C, false>, gd, dim3(kThreads), down_smem(n_ff, false), st, m.down,

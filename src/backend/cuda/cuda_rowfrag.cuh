@@ -78,23 +78,24 @@ __device__ __forceinline__ MxX mx_chunk_x(const int8_t* xq, int c) {
   const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
   return MxX{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
 }
-__device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs) {
-  return static_cast<float>(mx_dot(q, x.w)) * (e8m0_half(static_cast<uint8_t>(s)) * xs);
+__device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs, MxLut lut = {kMxP0, kMxN0}) {
+  return static_cast<float>(mx_dot(q, x.w, lut)) * (e8m0_half(static_cast<uint8_t>(s)) * xs);
 }
-__device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c) {
-  return mx_term(q, s, mx_chunk_x(xq, c), xd[c]);
+__device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c,
+                                               MxLut lut = {kMxP0, kMxN0}) {
+  return mx_term(q, s, mx_chunk_x(xq, c), xd[c], lut);
 }
 
 // frag_dot<kMX, C> over a row whose codes are staged in shared memory (q: n_in / 2 bytes)
 // and whose scales a fragment holds (f.s; f.q unused): the same terms in the same order.
 template <int C>
 __device__ __forceinline__ float staged_dot_mx(const uint8_t* q, const RowFrag<C>& f, const int8_t* xq,
-                                               const float* xd, int nc, int lane) {
+                                               const float* xd, int nc, int lane, MxLut lut = {kMxP0, kMxN0}) {
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int c = lane + i * kWarp;
-    if (c < nc) acc += mx_chunk_term(reinterpret_cast<const uint4*>(q)[c], f.s[i], xq, xd, c);
+    if (c < nc) acc += mx_chunk_term(reinterpret_cast<const uint4*>(q)[c], f.s[i], xq, xd, c, lut);
   }
   return acc;
 }
@@ -122,7 +123,7 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
 // once for both: per row the same terms in the same order as frag_dot.
 template <int TYPE, int C>
 __device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<C>& f1, const int8_t* xq,
-                                            const float* xd, int nc, int lane) {
+                                            const float* xd, int nc, int lane, MxLut lut = {kMxP0, kMxN0}) {
   float a0 = 0.f, a1 = 0.f;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
@@ -136,8 +137,8 @@ __device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<
       } else {
         const MxX x = mx_chunk_x(xq, c);
         const float xs = xd[c];
-        a0 += mx_term(f0.q[i], f0.s[i], x, xs);
-        a1 += mx_term(f1.q[i], f1.s[i], x, xs);
+        a0 += mx_term(f0.q[i], f0.s[i], x, xs, lut);
+        a1 += mx_term(f1.q[i], f1.s[i], x, xs, lut);
       }
     }
   }
