@@ -805,10 +805,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
   const int64_t dense_max = env_count("BRASS_CUDA_MMA_DENSE_MAX", static_cast<int>(o.mma_dense_max_tok));
   int64_t h16_min = o.mma_h16_min_tok;
   if (const int m = env_int("BRASS_CUDA_MMA_H16_MIN"); m > 0) h16_min = m;
-  bool tiles = o.moe_tiles;
-  if (const char* m = std::getenv("BRASS_CUDA_MOE_TILES"); m && (*m == '0' || *m == '1')) tiles = *m == '1';
-  bool head_pick = o.fuse_head_pick;
-  if (const char* m = std::getenv("BRASS_CUDA_HEAD_PICK"); m && (*m == '0' || *m == '1')) head_pick = *m == '1';
+  const bool tiles = env_bool("BRASS_CUDA_MOE_TILES", o.moe_tiles);
+  const bool head_pick = env_bool("BRASS_CUDA_HEAD_PICK", o.fuse_head_pick);
   return std::unique_ptr<Backend>(
       std::make_unique<CudaBackend>(o.device, q8x, tc_on ? &tc : nullptr, mma_min, dense_max, h16_min, tiles,
                                     Fusions{.copies = o.activation_copies && knob_on("BRASS_CUDA_SHADOW"),

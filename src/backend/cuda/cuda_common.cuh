@@ -686,16 +686,15 @@ inline constexpr uint32_t kMxP0 = 0x03020100u, kMxN0 = 0x0406080Cu;
 __device__ __forceinline__ int mx_dot(uint4 q, const int* w, MxLut lut = {kMxP0, kMxN0}) {
   constexpr uint32_t kP1 = 0x0C080604u;  // m[0..7]: m[0..3] in lut.p0
   constexpr uint32_t kN1 = 0x00010203u;  // m[7 - k]: the first four in lut.n0
-  const uint32_t kP0 = lut.p0, kN0 = lut.n0;
   int sp = 0, sn = 0;
   const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t v = qs[i], nv = ~v;
-    sp = __dp4a(static_cast<int>(prmt(kP0, kP1, v)), w[2 * i], sp);
-    sn = __dp4a(static_cast<int>(prmt(kN0, kN1, nv)), w[2 * i], sn);
-    sp = __dp4a(static_cast<int>(prmt(kP0, kP1, v >> 16)), w[2 * i + 1], sp);
-    sn = __dp4a(static_cast<int>(prmt(kN0, kN1, nv >> 16)), w[2 * i + 1], sn);
+    sp = __dp4a(static_cast<int>(prmt(lut.p0, kP1, v)), w[2 * i], sp);
+    sn = __dp4a(static_cast<int>(prmt(lut.n0, kN1, nv)), w[2 * i], sn);
+    sp = __dp4a(static_cast<int>(prmt(lut.p0, kP1, v >> 16)), w[2 * i + 1], sp);
+    sn = __dp4a(static_cast<int>(prmt(lut.n0, kN1, nv >> 16)), w[2 * i + 1], sn);
   }
   return sp - sn;
 }

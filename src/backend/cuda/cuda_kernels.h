@@ -49,6 +49,12 @@ inline bool knob_on(const char* name) {
   const char* v = std::getenv(name);
   return !(v && std::strcmp(v, "0") == 0);
 }
+// A setting the environment may override both ways: a value starting with '1' / '0' turns
+// it on / off, dflt otherwise.
+inline bool env_bool(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  return v && (*v == '0' || *v == '1') ? *v == '1' : dflt;
+}
 // Numeric measurement knob: the variable's value if it is a positive integer, else dflt
 // (so 0 cannot be asked for: it means the default).
 inline int env_int(const char* name, int dflt = 0) {

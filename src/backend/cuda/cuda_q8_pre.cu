@@ -262,10 +262,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   __shared__ bool last;
   __shared__ __align__(16) int8_t sxq[XS ? kMaxXs : 16];
   __shared__ float sxd[XS ? kMaxXs / 32 : 1];
-  // LUT: MXFP4's tables through shared memory (MxLut), a copy a lane: read as slut[lane]
-  // they are no warp-uniform value ptxas could keep in a uniform register (from which
-  // it would move them again before every permute).
-  __shared__ uint32_t slut[2 * kWarp];
+  __shared__ uint32_t slut[LUT ? 2 * kWarp : 1];  // LUT: MXFP4's tables a copy a lane (mx_lut_store)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
@@ -293,15 +290,12 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
     if (t < n16) reinterpret_cast<int4*>(sxq)[t] = a0;
     if (t + kT < n16) reinterpret_cast<int4*>(sxq)[t + kT] = a1;
     if (t < n32) sxd[t] = d0;
-    if (LUT && t < kWarp) {
-      slut[t] = kMxP0;
-      slut[kWarp + t] = kMxN0;
-    }
+    if constexpr (LUT) mx_lut_store(slut, t);
     __syncthreads();
   }
   const int8_t* xs = XS ? sxq : xq;
   const float* ds = XS ? sxd : xd;
-  const MxLut lut = LUT ? MxLut{slut[lane], slut[kWarp + lane]} : MxLut{kMxP0, kMxN0};
+  const MxLut lut = LUT ? mx_lut_load(slut, lane) : MxLut{kMxP0, kMxN0};
   const float2 guv = frag_dot2<TYPE, C>(g, u, xs, ds, nc, lane, lut);  // x read once for both rows
   const float gv = warp_sum(guv.x), uv = warp_sum(guv.y);
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
@@ -369,11 +363,8 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   copy_to_smem<4>(reinterpret_cast<int4*>(smem), reinterpret_cast<const int4*>(act_qd),
                   static_cast<int>(down_act_smem(n) / 16));
   if constexpr (STAGE) cp_async_wait_all();
-  __shared__ uint32_t slut[2 * kWarp];  // LUT: as in gate_up_xq_kernel
-  if (LUT && threadIdx.x < kWarp) {
-    slut[threadIdx.x] = kMxP0;
-    slut[kWarp + threadIdx.x] = kMxN0;
-  }
+  __shared__ uint32_t slut[LUT ? 2 * kWarp : 1];  // LUT: as in gate_up_xq_kernel
+  if constexpr (LUT) mx_lut_store(slut, threadIdx.x);
   __syncthreads();
   BRASS_PROBE_MARK(2, 2);
   if (!live) return;
@@ -383,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   for (int j = 0; j < K; ++j) {
     if constexpr (STAGE)
       part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane,
-                                 LUT ? MxLut{slut[lane], slut[kWarp + lane]} : MxLut{kMxP0, kMxN0});
+                                 LUT ? mx_lut_load(slut, lane) : MxLut{kMxP0, kMxN0});
     else part[j] = frag_dot<TYPE, C>(f[j], sq + j * n, sd + j * (n / 32), nc, lane);
   }
   float sum = 0.f;

@@ -86,6 +86,17 @@ __device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t
   return mx_term(q, s, mx_chunk_x(xq, c), xd[c], lut);
 }
 
+// MxLut as a copy a lane in shared memory (slut: 2 * kWarp words), so that ptxas holds the
+// tables in registers (cuda_common.cuh, mx_dot): threads 0..31 store, and after a barrier
+// each lane reads its own copy.
+__device__ __forceinline__ void mx_lut_store(uint32_t* slut, int t) {
+  if (t < kWarp) {
+    slut[t] = kMxP0;
+    slut[kWarp + t] = kMxN0;
+  }
+}
+__device__ __forceinline__ MxLut mx_lut_load(const uint32_t* slut, int lane) { return {slut[lane], slut[kWarp + lane]}; }
+
 // frag_dot<kMX, C> over a row whose codes are staged in shared memory (q: n_in / 2 bytes)
 // and whose scales a fragment holds (f.s; f.q unused): the same terms in the same order.
 template <int C>
