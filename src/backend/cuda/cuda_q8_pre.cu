@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   }
   const int8_t* xs = XS ? sxq : xq;
   const float* ds = XS ? sxd : xd;
-  const MxLut lut = LUT ? mx_lut_load(slut, lane) : MxLut{kMxP0, kMxN0};
+  const MxLut lut = LUT ? mx_lut_load(slut, lane) : MxLut{};
   const float2 guv = frag_dot2<TYPE, C>(g, u, xs, ds, nc, lane, lut);  // x read once for both rows
   const float gv = warp_sum(guv.x), uv = warp_sum(guv.y);
   if (lane == 0) act[slot * n_ff + r] = oai_swiglu(gv + bg, uv + bu, alpha, limit);
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   for (int j = 0; j < K; ++j) {
     if constexpr (STAGE)
       part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane,
-                                 LUT ? mx_lut_load(slut, lane) : MxLut{kMxP0, kMxN0});
+                                 LUT ? mx_lut_load(slut, lane) : MxLut{});
     else part[j] = frag_dot<TYPE, C>(f[j], sq + j * n, sd + j * (n / 32), nc, lane);
   }
   float sum = 0.f;

@@ -78,11 +78,11 @@ __device__ __forceinline__ MxX mx_chunk_x(const int8_t* xq, int c) {
   const int4 b = *reinterpret_cast<const int4*>(xq + c * 32 + 16);
   return MxX{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
 }
-__device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs, MxLut lut = {kMxP0, kMxN0}) {
+__device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs, MxLut lut = {}) {
   return static_cast<float>(mx_dot(q, x.w, lut)) * (e8m0_half(static_cast<uint8_t>(s)) * xs);
 }
 __device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c,
-                                               MxLut lut = {kMxP0, kMxN0}) {
+                                               MxLut lut = {}) {
   return mx_term(q, s, mx_chunk_x(xq, c), xd[c], lut);
 }
 
@@ -101,7 +101,7 @@ __device__ __forceinline__ MxLut mx_lut_load(const uint32_t* slut, int lane) { r
 // and whose scales a fragment holds (f.s; f.q unused): the same terms in the same order.
 template <int C>
 __device__ __forceinline__ float staged_dot_mx(const uint8_t* q, const RowFrag<C>& f, const int8_t* xq,
-                                               const float* xd, int nc, int lane, MxLut lut = {kMxP0, kMxN0}) {
+                                               const float* xd, int nc, int lane, MxLut lut = {}) {
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
@@ -134,7 +134,7 @@ __device__ __forceinline__ float frag_dot(const RowFrag<C>& f, const int8_t* xq,
 // once for both: per row the same terms in the same order as frag_dot.
 template <int TYPE, int C>
 __device__ __forceinline__ float2 frag_dot2(const RowFrag<C>& f0, const RowFrag<C>& f1, const int8_t* xq,
-                                            const float* xd, int nc, int lane, MxLut lut = {kMxP0, kMxN0}) {
+                                            const float* xd, int nc, int lane, MxLut lut = {}) {
   float a0 = 0.f, a1 = 0.f;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
