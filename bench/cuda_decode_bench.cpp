@@ -32,6 +32,7 @@ void probe_dump(const char* path);      // cuda_q8_pre.cu, -DBRASS_PROBE builds
 void probe_dump_wide(const char* path);  // cuda_matmul_mma.cu (appends)
 void probe_dump_attn(const char* path);  // cuda_attention.cu (appends)
 void probe_dump_rows(const char* path);  // cuda_norm_router.cu (appends)
+void probe_dump_wo(const char* path);    // cuda_wo_router.cu (appends)
 }
 #endif
 
@@ -45,6 +46,7 @@ static void dump_probes() {
     backend::cuda::probe_dump_wide(po);
     backend::cuda::probe_dump_attn(po);
     backend::cuda::probe_dump_rows(po);
+    backend::cuda::probe_dump_wo(po);
   }
 #endif
 }

@@ -11,11 +11,11 @@ import csv
 import statistics
 import sys
 
-KERNELS = {3: "qkv", 6: "attention", 4: "wo (matvec_pre)", 0: "norm_router", 1: "gate/up", 2: "down"}
+KERNELS = {3: "qkv", 6: "attention", 4: "wo (matvec_pre)", 0: "norm_router / wo_router", 1: "gate/up", 2: "down"}
 MARKS = {
     3: ["start", "wait done", "x normed+quantized", "q/k/v stored", "(warp 0 dots)"],
     4: ["start", "wait done", "x quantized", "y stored"],
-    0: ["start", "wait done", "logit+ticket", "last: logits read", "last: done"],
+    0: ["start", "wait done", "logit+ticket (wo_router: sums added)", "last: logits read (wo_router: ticket)", "last: done"],
     1: ["start", "wait done", "ids read", "row pair summed", "ticket drawn", "last: group quantized"],
     2: ["start", "wait done", "act in smem", "out stored"],
     6: ["start", "wait done", "keys summed", "ticket drawn", "last: merged", "last: 1st loads"],

@@ -51,6 +51,7 @@ void Backend::moe_block(const MoeBlockArgs& a) {
   const MoeArgs& m = a.moe;
   const int64_t n_embd = a.router.ne[0];
   float* xn = const_cast<float*>(m.x);
+  if (a.proj.x) matmul(a.proj);
   if (a.add)
     add_rms_norm({.y = a.y, .x = a.add, .weight = a.norm, .out = xn, .n_rows = m.n_tok, .n = n_embd, .eps = a.eps});
   else

@@ -241,6 +241,10 @@ struct AddRmsNormArgs {
 struct MoeBlockArgs {
   float* y = nullptr;            // (n_tok, n_embd) residual, updated when add is set
   const float* add = nullptr;    // (n_tok, n_embd) or null
+  // add as a projection computed first (proj.x set): proj.y (== add) = proj.x proj.w^T +
+  // proj.bias. A backend may fuse it with the add, the norm and the router (CUDA, one
+  // token: the attention's wo), leaving proj.y unwritten.
+  MatmulArgs proj;
   const float* norm = nullptr;   // (n_embd) f32
   float eps = 1e-5f;
   WeightView router;             // {n_embd, n_expert}

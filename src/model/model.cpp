@@ -515,12 +515,13 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
                   .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                   .window = c.is_swa_layer(il) ? static_cast<int32_t>(c.n_swa) : 0,
                   .scale = c.attn_scale(), .seqs = seqs[il], .pos = pos});
-    be.matmul({.w = L.wo, .bias = L.bo, .x = attn, .y = proj, .n_tok = n_tok});
     // ---- MoE block ----
-    // x += proj; xn = post_attn_norm(x); router; experts -> proj; then x += proj, for several
-    // tokens (not after the last layer) with the next layer's attn_norm into xn.
+    // proj = attn wo^T + bo (the backend may fuse it with what follows); x += proj; xn =
+    // post_attn_norm(x); router; experts -> proj; then x += proj, for several tokens (not
+    // after the last layer) with the next layer's attn_norm into xn.
     const bool last = il + 1 == c.n_layer;
-    be.moe_block({.y = x, .add = proj, .norm = L.post_attn_norm, .eps = c.rms_eps, .router = L.router,
+    be.moe_block({.y = x, .add = proj, .proj = {.w = L.wo, .bias = L.bo, .x = attn, .y = proj, .n_tok = n_tok},
+                  .norm = L.post_attn_norm, .eps = c.rms_eps, .router = L.router,
                   .router_bias = L.router_b, .logits = rlog, .n_expert = c.n_expert,
                   .moe = {.x = xn, .ids = rids, .weights = rw, .gate = L.gate_exps, .up = L.up_exps,
                           .down = L.down_exps, .gate_bias = L.gate_b, .up_bias = L.up_b, .down_bias = L.down_b,

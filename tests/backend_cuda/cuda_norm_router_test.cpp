@@ -381,7 +381,7 @@ TEST(CudaNormRouter, BackendMoeBlockOfSeveralTokens) {
     auto y = rng.vec(nx, -2, 2), add = rng.vec(nx);
     std::vector<float> ry = y, xn(nx), logits(n_tok * n_expert), w(nk), out(nx);
     std::vector<int32_t> ids(nk);
-    cpu->moe_block({.y = ry.data(), .add = add.data(), .norm = norm.data(), .eps = 1e-5f, .router = rt,
+    cpu->moe_block({.y = ry.data(), .add = add.data(), .proj = {}, .norm = norm.data(), .eps = 1e-5f, .router = rt,
                     .router_bias = rb.data(), .logits = logits.data(), .n_expert = n_expert,
                     .moe = {.x = xn.data(), .ids = ids.data(), .weights = w.data(), .gate = g, .up = u, .down = dn,
                             .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(), .out = out.data(),
@@ -390,7 +390,7 @@ TEST(CudaNormRouter, BackendMoeBlockOfSeveralTokens) {
     Dev dy = Dev::from(*gpu, y), dadd = Dev::from(*gpu, add), dxn = Dev::poisoned<float>(*gpu, nx),
         dl = Dev::poisoned<float>(*gpu, logits.size()), di = Dev::poisoned<int32_t>(*gpu, nk),
         dw = Dev::poisoned<float>(*gpu, nk), dout = Dev::poisoned<float>(*gpu, nx);
-    gpu->moe_block({.y = dy.as<float>(), .add = dadd.as<float>(), .norm = dnorm.as<float>(), .eps = 1e-5f,
+    gpu->moe_block({.y = dy.as<float>(), .add = dadd.as<float>(), .proj = {}, .norm = dnorm.as<float>(), .eps = 1e-5f,
                     .router = gr, .router_bias = drb.as<float>(), .logits = dl.as<float>(), .n_expert = n_expert,
                     .moe = {.x = dxn.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = gg,
                             .up = gu, .down = gd, .gate_bias = dgb.as<float>(), .up_bias = dub.as<float>(),

@@ -485,7 +485,11 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
 // apart (a near-tie is reported and its outputs not compared). Each case runs twice with
 // fresh inputs (the fused router's ticket counter must reset itself), with and without
 // the residual add, and with each tail: none; accumulate (y += out); next_norm (y += out,
-// then the next norm) into moe.x itself (the model's use) or into another buffer. Several
+// then the next norm) into moe.x itself or into another buffer; and (round 4, the model's
+// use at one token) accumulate with the add given as a projection in front (proj: the
+// attention's wo, fused into the router's kernel in int8 mode, cuda_wo_router.cu, whose
+// twin reads the projection's input on the Q8_0 round trip; in exact mode a matmul first,
+// at every token count). Several
 // tokens of 64-multiple widths in int8 mode take the grouped MMA MoE, whose grouping and
 // input quantization the norm/router kernel does and whose combine does the tail; the
 // 2880-wide case is gpt-oss's (its experts' own loop), in the model's mode only. The
@@ -513,19 +517,35 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                      gr = on_gpu(*f.gpu, wr.view);
     Dev dgb = Dev::from(*f.gpu, gb), dub = Dev::from(*f.gpu, ub), ddb = Dev::from(*f.gpu, db),
         drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), dnext = Dev::from(*f.gpu, next_norm);
+    // The projection in front (wo: n_attn -> n_embd; gpt-oss's 4096 at 2880, MXFP4 at the
+    // Q8_0 experts' case), small enough that its sum order stays within the tolerances.
+    const int64_t n_attn = c.n_embd == 2880 ? 4096 : c.n_embd + 32;
+    const DType wo_t = c.t == DType::Q8_0 ? DType::MXFP4 : DType::Q8_0;
+    HostWeight wo(f.rng, wo_t, n_attn, c.n_embd, 1, 4.0f / std::sqrt(static_cast<float>(n_attn)));
+    const auto bo = f.rng.vec(c.n_embd);
+    const WeightView gwo = on_gpu(*f.gpu, wo.view);
+    Dev dbo = Dev::from(*f.gpu, bo);
     for (const int64_t n_tok : c.toks) {
       SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff << " tok " << n_tok);
       const bool wide = c.n_embd >= 1024 && n_tok > 1;  // (the reference's time)
-      for (int round = wide ? 2 : 0; round < (wide ? 3 : 4); ++round) {
-        const bool with_add = round % 2 == 0;
-        const int tail = round;  // 0 none, 1 accumulate, 2 next_norm into moe.x, 3 next_norm apart
+      // (the proj round in int8 mode at one token only: several tokens take the batched
+      // matmul, whose twin is not the Q8_0 round trip)
+      const int rounds = wide ? 3 : n_tok == 1 || !f.q8x ? 5 : 4;
+      for (int round = wide ? 2 : 0; round < rounds; ++round) {
+        const bool with_add = round % 2 == 0, proj = round == 4;
+        const int tail = round % 4 + round / 4;  // 0 none, 1 accumulate, 2 next_norm into moe.x, 3 next_norm apart
         SCOPED_TRACE(::testing::Message() << "round " << round);
         auto y = f.rng.vec(n_tok * c.n_embd, -2, 2), add = f.rng.vec(n_tok * c.n_embd);
         const int64_t nx = n_tok * c.n_embd, nk = n_tok * c.k;
-        std::vector<float> ry = y, xn(nx), logits(n_tok * c.n_expert), w(nk), out(nx);
+        const auto attn = f.rng.vec(n_tok * n_attn);
+        const bool q8 = f.q8x && q8x_type(c.t);
+        const auto rattn = f.q8x ? q8_roundtrip(attn, n_attn) : attn;
+        std::vector<float> ry = y, xn(nx), logits(n_tok * c.n_expert), w(nk), out(nx), radd(nx);
         std::vector<int32_t> ids(nk);
         MoeBlockArgs ref{.y = ry.data(),
-                         .add = with_add ? add.data() : nullptr,
+                         .add = proj ? radd.data() : with_add ? add.data() : nullptr,
+                         .proj = {.w = wo.view, .bias = bo.data(), .x = proj ? rattn.data() : nullptr, .y = radd.data(),
+                                  .n_tok = n_tok},
                          .norm = norm.data(),
                          .eps = 1e-5f,
                          .router = wr.view,
@@ -545,13 +565,18 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                                  .n_tok = n_tok,
                                  .k = c.k}};
         f.cpu->moe_block(ref);
-        const bool q8 = f.q8x && q8x_type(c.t);
         Dev dy = Dev::from(*f.gpu, y), dadd = Dev::from(*f.gpu, add), dxn = Dev::poisoned<float>(*f.gpu, nx),
+            dattn = Dev::from(*f.gpu, attn),
             dl = Dev::poisoned<float>(*f.gpu, logits.size()), di = Dev::poisoned<int32_t>(*f.gpu, nk),
             dw = Dev::poisoned<float>(*f.gpu, nk), dout = Dev::poisoned<float>(*f.gpu, nx),
             dnxn = Dev::poisoned<float>(*f.gpu, nx);
         f.gpu->moe_block({.y = dy.as<float>(),
-                          .add = with_add ? dadd.as<float>() : nullptr,
+                          .add = with_add || proj ? dadd.as<float>() : nullptr,
+                          .proj = {.w = gwo,
+                                   .bias = dbo.as<float>(),
+                                   .x = proj ? dattn.as<float>() : nullptr,
+                                   .y = dadd.as<float>(),
+                                   .n_tok = n_tok},
                           .norm = dnorm.as<float>(),
                           .eps = 1e-5f,
                           .router = gr,

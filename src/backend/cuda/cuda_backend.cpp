@@ -424,15 +424,32 @@ class CudaBackend final : public Backend {
   // the grouped MMA MoE), then the MoE, whose combine does the block's tail (residual add,
   // next norm); otherwise the ops. (BRASS_CUDA_MOE_BLOCK=0 / BRASS_CUDA_NORM_ROUTER=0 /
   // BRASS_CUDA_MOE_PREP=0 / BRASS_CUDA_MOE_TAIL=0 compose always: measurement knobs.)
-  void moe_block(const MoeBlockArgs& a) override {
+  // A projection in front (a.proj: the attention's wo) goes into the first of the one-token
+  // kernels (cuda_wo_router.cu) where it fits, else it runs as a matmul first.
+  void moe_block(const MoeBlockArgs& in) override {
     if (updating_) return;
     static const bool on = knob_on("BRASS_CUDA_MOE_BLOCK");
     static const bool nr_on = knob_on("BRASS_CUDA_NORM_ROUTER");
     static const bool tail_on = knob_on("BRASS_CUDA_MOE_TAIL");
     static const bool prep_on = knob_on("BRASS_CUDA_MOE_PREP");
-    const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
-                      a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
-    if (q8x_ && on && a.moe.n_tok == 1 && !a.next_norm) {
+    MoeBlockArgs a = in;
+    MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
+                a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
+    const bool one = q8x_ && on && a.moe.n_tok == 1 && !a.next_norm;
+    if (one && a.proj.x && a.proj.n_tok == 1 && a.proj.y == a.add) {
+      MoeBlockP f = p;
+      f.wo = dev_weight(a.proj.w);
+      f.wo_bias = a.proj.bias;
+      f.wo_x = a.proj.x;
+      if (launch_moe_block(f, block_.get(static_cast<size_t>(moe_block_scratch_bytes(f))),
+                           block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(f))), st_))
+        return;
+    }
+    if (a.proj.x) {
+      matmul(a.proj);
+      a.proj = {};
+    }
+    if (one) {
       if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
                            block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
         return;

@@ -492,6 +492,26 @@ __device__ __forceinline__ float quantize_f4_group8(float4 x, int8_t (&q)[4]) {
   return d;
 }
 
+// A token's normed row (float4 j of it as xv; 8 neighbouring threads a 32-group, every
+// lane of the warp calling) written out where `mine`: xn (when set) and its int8 copy xq /
+// xd as quantize_f4_group8 makes it (Q8_0 order, or MXFP4 order with MXO).
+template <bool MXO>
+__device__ __forceinline__ void store_xn_q8(float4 xv, int j, bool mine, float* xn, int8_t* xq, float* xd) {
+  int8_t q[4];
+  const float d = quantize_f4_group8(xv, q);
+  if (!mine) return;
+  const int g = j / 8;
+  if (xn) reinterpret_cast<float4*>(xn)[j] = xv;
+  uint32_t word = 0;  // the 4 codes at once (Q8_0 order), or one byte each (MXFP4 order)
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if constexpr (MXO) xq[g * 32 + mx_pos((j % 8) * 4 + e)] = q[e];
+    else word |= (static_cast<uint32_t>(q[e]) & 0xffu) << (8 * e);
+  }
+  if constexpr (!MXO) reinterpret_cast<uint32_t*>(xq)[j] = word;
+  if (j % 8 == 0) xd[g] = __half2float(__float2half_rn(d));
+}
+
 // Sum of v over the block (any multiple of 32 threads); sh: blockDim.x / 32 floats.
 __device__ __forceinline__ float block_sum(float v, float* sh) {
   v = warp_sum(v);

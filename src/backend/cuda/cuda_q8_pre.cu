@@ -226,20 +226,10 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
                  const_cast<float*>(p.moe.weights), lane);
 #pragma unroll
   for (int i = 0; i < kNormVec; ++i) {
-    const int j = tid + i * kThreads, g = j / 8;  // the 32-group of float4 j: 8 neighbouring threads
-    int8_t q[4];
-    const float d = quantize_f4_group8(xv[i], q);
-    if (j >= n4 || g % kNrCluster != b) continue;
-    if (p.add) reinterpret_cast<float4*>(p.y)[j] = v[i];
-    reinterpret_cast<float4*>(p.xn)[j] = xv[i];
-    uint32_t word = 0;  // the 4 codes at once (Q8_0 order), or one byte each (MXFP4 order)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if constexpr (MXO) xq[g * 32 + mx_pos((j % 8) * 4 + e)] = q[e];
-      else word |= (static_cast<uint32_t>(q[e]) & 0xffu) << (8 * e);
-    }
-    if constexpr (!MXO) reinterpret_cast<uint32_t*>(xq)[j] = word;
-    if (j % 8 == 0) xd[g] = __half2float(__float2half_rn(d));
+    const int j = tid + i * kThreads;  // the 32-group j / 8 of float4 j: 8 neighbouring threads
+    const bool own = j < n4 && (j / 8) % kNrCluster == b;
+    if (own && p.add) reinterpret_cast<float4*>(p.y)[j] = v[i];
+    store_xn_q8<MXO>(xv[i], j, own, p.xn, xq, xd);
   }
   BRASS_PROBE_MARK(0, 4);
   // No block leaves while another may still write its logits into it: they all did before
@@ -509,21 +499,6 @@ bool pre_on() {
   return on;
 }
 
-constexpr int kStageMaxSmem = 72 * 1024;  // staged kernels: 3 blocks an SM with room to spare
-
-// Lets a staged kernel take over 48 KB of dynamic shared memory and asks for the carveout
-// that fits 3 of its blocks an SM (once per kernel: one instantiation per kernel address).
-template <auto Kernel>
-void allow_staged_smem() {
-  static const bool set = [] {
-    BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
-    BRASS_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    return true;
-  }();
-  (void)set;
-}
-
 // BRASS_CUDA_MX_LUT=0: the one-token MoE's MXFP4 tables as constants (MxLut).
 bool mx_lut_on() {
   static const bool on = knob_on("BRASS_CUDA_MX_LUT");
@@ -578,6 +553,13 @@ struct BlockScratch {
   }
 };
 
+// The counters: [0] norm_router's (or wo_router's) ticket | gate/up's group tickets
+// [k][n_ff / 32] | wo_router's 64-bit sums (at an even index: 8-byte aligned).
+int64_t wo_router_acc_at(const MoeBlockP& a) { return (1 + a.moe.k * (a.moe.gate.ne1 / 32) + 1) / 2 * 2; }
+unsigned long long* wo_router_acc(const MoeBlockP& a, unsigned* counters) {
+  return reinterpret_cast<unsigned long long*>(counters + wo_router_acc_at(a));
+}
+
 // BRASS_CUDA_GU_XSMEM=0: gate/up reads x from global memory (measurement knob).
 bool gu_xsmem_on() {
   static const bool on = knob_on("BRASS_CUDA_GU_XSMEM");
@@ -589,7 +571,9 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   const MoeP& m = a.moe;
   const int64_t n_embd = m.gate.n_in, n_ff = m.gate.ne1;
   static const bool cl = knob_on("BRASS_CUDA_NR_CLUSTER");
-  if (cl && a.n_expert <= kNrCluster * kNrEpb && a.moe.k <= kNrMaxK) {
+  if (a.wo_x) {  // wo fused in (launch_moe_block checked wo_router_fits); counters[0]: its ticket
+    launch_wo_router(a, s.xq, s.xd, wo_router_acc(a, counters), counters, TYPE == kMX, st);
+  } else if (cl && a.n_expert <= kNrCluster * kNrEpb && a.moe.k <= kNrMaxK) {
     launch_pdl_cluster(norm_router_cluster_kernel<TYPE == kMX>, dim3(kNrCluster), dim3(kThreads),
                        dim3(kNrCluster, 1, 1), 0, st, a, s.xq, s.xd);
   } else {
@@ -697,7 +681,7 @@ bool launch_matvec_pre(const MatmulP& a, cudaStream_t st) {
 int64_t moe_block_scratch_bytes(const MoeBlockP& a) {
   return BlockScratch(nullptr, a.moe.gate.n_in, a.moe.gate.ne1).bytes;
 }
-int64_t moe_block_counters(const MoeBlockP& a) { return 1 + a.moe.k * (a.moe.gate.ne1 / 32); }
+int64_t moe_block_counters(const MoeBlockP& a) { return wo_router_acc_at(a) + 2 * wo_router_accs(); }
 
 bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cudaStream_t st) {
   const MoeP& m = a.moe;
@@ -705,7 +689,8 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
   if (!pre_on() || m.n_tok != 1 || m.k != 4 || a.router.type != kF32 || a.router.n_in != n_embd ||
       a.router.rows != a.n_expert || a.n_expert < m.k || a.n_expert > kMaxExperts || n_embd % 32 != 0 ||
       n_embd > 4 * kNormVec * kThreads || n_ff % 32 != 0 || m.down.n_in != n_ff || m.down.ne1 != n_embd ||
-      m.up.type != m.gate.type || m.down.type != m.gate.type || 4 * n_ff + n_ff / 2 > 48 * 1024)
+      m.up.type != m.gate.type || m.down.type != m.gate.type || 4 * n_ff + n_ff / 2 > 48 * 1024 ||
+      (a.wo_x && !wo_router_fits(a)))
     return false;
   const BlockScratch s(scratch, n_embd, n_ff);
   if (m.gate.type == kQ8) return block_t<kQ8>(a, s, counters, st);
