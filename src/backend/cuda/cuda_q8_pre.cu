@@ -10,7 +10,9 @@
 //      its router row loaded before the wait; the last block to finish (ticket) writes
 //      the residual (only once every block has read it), xn and its int8 copy (Q8_0 per
 //      32, MXFP4 order for MXFP4 experts), and picks the top k (pick_experts). Up to 32
-//      experts it is one cluster of 8 blocks instead (norm_router_cluster_kernel).
+//      experts it is one cluster of 8 blocks instead (norm_router_cluster_kernel). With
+//      the attention's wo handed in (MoeBlockP::wo_x) it is wo_router_kernel instead
+//      (cuda_wo_router.cu): wo, the residual add, the norm, the router and the top k.
 //   2. gate/up, a warp per (slot, ff row), 4 per block: both rows and the int8 x in flight
 //      together; the SwiGLU output goes out in f32, and the last of the 8 blocks of a
 //      32-row group (ticket) quantizes the group (act_q, act_d).
