@@ -433,27 +433,25 @@ class CudaBackend final : public Backend {
     static const bool tail_on = knob_on("BRASS_CUDA_MOE_TAIL");
     static const bool prep_on = knob_on("BRASS_CUDA_MOE_PREP");
     MoeBlockArgs a = in;
-    MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
-                a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
+    const MoeBlockP p{a.y, a.add, a.norm, a.eps, const_cast<float*>(a.moe.x), dev_weight(a.router),
+                      a.router_bias, a.logits, a.n_expert, moe_params(a.moe), a.accumulate};
     const bool one = q8x_ && on && a.moe.n_tok == 1 && !a.next_norm;
+    auto one_token = [&](const MoeBlockP& b) {
+      return launch_moe_block(b, block_.get(static_cast<size_t>(moe_block_scratch_bytes(b))),
+                              block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(b))), st_);
+    };
     if (one && a.proj.x && a.proj.n_tok == 1 && a.proj.y == a.add) {
       MoeBlockP f = p;
       f.wo = dev_weight(a.proj.w);
       f.wo_bias = a.proj.bias;
       f.wo_x = a.proj.x;
-      if (launch_moe_block(f, block_.get(static_cast<size_t>(moe_block_scratch_bytes(f))),
-                           block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(f))), st_))
-        return;
+      if (one_token(f)) return;
     }
     if (a.proj.x) {
       matmul(a.proj);
       a.proj = {};
     }
-    if (one) {
-      if (launch_moe_block(p, block_.get(static_cast<size_t>(moe_block_scratch_bytes(p))),
-                           block_counter_.as<unsigned>(static_cast<size_t>(moe_block_counters(p))), st_))
-        return;
-    }
+    if (one && one_token(p)) return;
     if (nr_on && a.moe.n_tok >= 2) {
       const bool prepared = prep_on && moe_takes_mma(p.moe);
       const MoePrep prep = prepared ? moe_mma_prep(p.moe, moe_mma_scratch(p.moe)) : MoePrep{};

@@ -106,21 +106,6 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   launch_pdl_cluster(kernel, grid, block, dim3(1, 1, 1), smem, st, std::forward<Args>(args)...);
 }
 
-constexpr int kStageMaxSmem = 72 * 1024;  // staged kernels: 3 blocks an SM with room to spare
-
-// Lets a staged kernel take over 48 KB of dynamic shared memory and asks for the carveout
-// that fits 3 of its blocks an SM (once per kernel: one instantiation per kernel address).
-template <auto Kernel>
-void allow_staged_smem() {
-  static const bool set = [] {
-    BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
-    BRASS_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    return true;
-  }();
-  (void)set;
-}
-
 inline int64_t split_scale_offset(int64_t qs_bytes) { return (qs_bytes + 255) / 256 * 256; }
 
 // Type codes the kernels are templated on.
@@ -269,10 +254,12 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
 // launch_moe_block's first kernel when a.wo_x is set: y += wo_x wo^T + wo_bias, the norm,
 // the router and the top k in one kernel (xq / xd: the int8 xn for gate/up, MXFP4 order
 // with mxo; acc: wo_router_accs() zeroed 64-bit sums and ticket a zeroed counter, which it
-// leaves zeroed). wo_router_fits: whether it applies (BRASS_CUDA_WO_ROUTER=0: never).
+// leaves zeroed). wo_router_fits: whether it applies to a block that launch_moe_block
+// takes (its checks of the router and the sizes come first; BRASS_CUDA_WO_ROUTER=0:
+// never); launch_wo_router only where it does.
 bool wo_router_fits(const MoeBlockP& a);
 int wo_router_accs();
-bool launch_wo_router(const MoeBlockP& a, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
+void launch_wo_router(const MoeBlockP& a, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                       cudaStream_t st);
 
 // ---- cuda_norm_router.cu ----

@@ -501,6 +501,21 @@ bool pre_on() {
   return on;
 }
 
+constexpr int kStageMaxSmem = 72 * 1024;  // staged kernels: 3 blocks an SM with room to spare
+
+// Lets a staged kernel take over 48 KB of dynamic shared memory and asks for the carveout
+// that fits 3 of its blocks an SM (once per kernel: one instantiation per kernel address).
+template <auto Kernel>
+void allow_staged_smem() {
+  static const bool set = [] {
+    BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
+    BRASS_CUDA_CHECK(
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    return true;
+  }();
+  (void)set;
+}
+
 // BRASS_CUDA_MX_LUT=0: the one-token MoE's MXFP4 tables as constants (MxLut).
 bool mx_lut_on() {
   static const bool on = knob_on("BRASS_CUDA_MX_LUT");
@@ -692,7 +707,7 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
       a.router.rows != a.n_expert || a.n_expert < m.k || a.n_expert > kMaxExperts || n_embd % 32 != 0 ||
       n_embd > 4 * kNormVec * kThreads || n_ff % 32 != 0 || m.down.n_in != n_ff || m.down.ne1 != n_embd ||
       m.up.type != m.gate.type || m.down.type != m.gate.type || 4 * n_ff + n_ff / 2 > 48 * 1024 ||
-      (a.wo_x && !wo_router_fits(a)))
+      (a.wo_x && !wo_router_fits(a)))  // (after the checks above, which it relies on)
     return false;
   const BlockScratch s(scratch, n_embd, n_ff);
   if (m.gate.type == kQ8) return block_t<kQ8>(a, s, counters, st);

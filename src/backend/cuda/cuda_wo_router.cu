@@ -33,7 +33,6 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kCols = kWarp + 1;  // a block's partials: 32 experts' sums, then the sum of squares
 constexpr int kXnThreads = kThreads - kWarp, kXnVec = 4;  // the last block's warps 1..7: n_embd <= 3584
 constexpr float kLogitFix = 4294967296.0f, kSquareFix = 65536.0f;  // 2^32, 2^16
-
 constexpr int kAccGroups = 8;    // copies of the sums: block b adds to copy b % 8 (fewer atomics an address)
 
 // The kernel's parameters: only what it reads (a launch with MoeBlockP's 456 bytes started
@@ -160,35 +159,32 @@ void wo_router_c(const WoRouterK& p, int8_t* xq, float* xd, unsigned long long* 
   if (mxo) launch_pdl(wo_router_kernel<TYPE, C, true>, grid, dim3(kThreads), sm, st, p, xq, xd, acc, ticket);
   else launch_pdl(wo_router_kernel<TYPE, C, false>, grid, dim3(kThreads), sm, st, p, xq, xd, acc, ticket);
 }
-template <int TYPE>
-bool wo_router_t(const WoRouterK& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
+template <int TYPE>  // (wo_router_fits: the fragment size is one of these)
+void wo_router_t(const WoRouterK& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                  cudaStream_t st) {
   switch (frag_size(frag_chunks<TYPE>(p.wo.n_in))) {
-    case 1: wo_router_c<TYPE, 1>(p, xq, xd, acc, ticket, mxo, st); return true;
-    case 3: wo_router_c<TYPE, 3>(p, xq, xd, acc, ticket, mxo, st); return true;
-    case 6: wo_router_c<TYPE, 6>(p, xq, xd, acc, ticket, mxo, st); return true;
-    case 8: wo_router_c<TYPE, 8>(p, xq, xd, acc, ticket, mxo, st); return true;
-    default: return false;
+    case 1: wo_router_c<TYPE, 1>(p, xq, xd, acc, ticket, mxo, st); break;
+    case 3: wo_router_c<TYPE, 3>(p, xq, xd, acc, ticket, mxo, st); break;
+    case 6: wo_router_c<TYPE, 6>(p, xq, xd, acc, ticket, mxo, st); break;
+    default: wo_router_c<TYPE, 8>(p, xq, xd, acc, ticket, mxo, st); break;
   }
 }
 
 }  // namespace
 
-bool wo_router_fits(const MoeBlockP& p) {
+bool wo_router_fits(const MoeBlockP& p) {  // beyond launch_moe_block's checks (router F32, n_embd % 32, ...)
   static const bool on = knob_on("BRASS_CUDA_WO_ROUTER");
   const DevW& w = p.wo;
   return on && p.wo_x && (w.type == kQ8 || w.type == kMX) && w.n_in % 32 == 0 && w.rows == p.router.n_in &&
-         w.rows % 32 == 0 && w.rows <= 4 * kXnVec * kXnThreads && p.router.type == kF32 &&
-         p.router.rows == p.n_expert && p.n_expert <= kWarp && p.moe.k <= p.n_expert &&
+         w.rows <= 4 * kXnVec * kXnThreads && p.n_expert <= kWarp &&
          reinterpret_cast<uintptr_t>(p.router.q) % 16 == 0 &&
          frag_size(w.type == kQ8 ? frag_chunks<kQ8>(w.n_in) : frag_chunks<kMX>(w.n_in)) != 0 &&
          wo_xq_smem(w.n_in) <= 40 * 1024;
 }
 int wo_router_accs() { return kAccGroups * kCols; }
 
-bool launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
+void launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                       cudaStream_t st) {
-  if (!wo_router_fits(p)) return false;
   const WoRouterK k{p.wo,
                     p.wo_bias,
                     p.wo_x,
@@ -203,10 +199,9 @@ bool launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long l
                     p.eps,
                     static_cast<int>(p.n_expert),
                     static_cast<int>(p.moe.k)};
-  const bool done = p.wo.type == kQ8 ? wo_router_t<kQ8>(k, xq, xd, acc, ticket, mxo, st)
-                                     : wo_router_t<kMX>(k, xq, xd, acc, ticket, mxo, st);
-  if (done) BRASS_CUDA_LAUNCHED();
-  return done;
+  if (p.wo.type == kQ8) wo_router_t<kQ8>(k, xq, xd, acc, ticket, mxo, st);
+  else wo_router_t<kMX>(k, xq, xd, acc, ticket, mxo, st);
+  BRASS_CUDA_LAUNCHED();
 }
 
 #ifdef BRASS_PROBE
