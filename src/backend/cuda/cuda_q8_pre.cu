@@ -27,6 +27,7 @@
 // in another order).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include <cooperative_groups.h>
 
@@ -503,14 +504,19 @@ bool pre_on() {
 
 constexpr int kStageMaxSmem = 72 * 1024;  // staged kernels: 3 blocks an SM with room to spare
 
-// Lets a staged kernel take over 48 KB of dynamic shared memory and asks for the carveout
-// that fits 3 of its blocks an SM (once per kernel: one instantiation per kernel address).
+// Lets a staged kernel take over 48 KB of dynamic shared memory (once per kernel: one
+// instantiation per kernel address). It asks for no carveout: with the most shared memory
+// asked for (cudaSharedmemCarveoutMaxShared, as it was), tg128 was 890-892 tok/s against
+// 897-900 without, @ d4096 815-816 against 839.5 (H200, one build, two rounds, session 39):
+// an SM keeps its split of L1 and shared memory while it holds blocks, so the kernels
+// whose blocks PDL placed beside these ones, the streaming ones, ran with the smallest L1.
+// BRASS_CUDA_STAGE_CARVEOUT=<percent> asks for one (measurement knob).
 template <auto Kernel>
 void allow_staged_smem() {
   static const bool set = [] {
     BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
-    BRASS_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    if (const char* env = std::getenv("BRASS_CUDA_STAGE_CARVEOUT"); env && std::atoi(env) >= 0)
+      BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::atoi(env)));
     return true;
   }();
   (void)set;
