@@ -27,7 +27,6 @@
 // in another order).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include <cooperative_groups.h>
 
@@ -515,8 +514,8 @@ template <auto Kernel>
 void allow_staged_smem() {
   static const bool set = [] {
     BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStageMaxSmem));
-    if (const char* env = std::getenv("BRASS_CUDA_STAGE_CARVEOUT"); env && std::atoi(env) >= 0)
-      BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::atoi(env)));
+    if (const int carve = env_count("BRASS_CUDA_STAGE_CARVEOUT", -1); carve >= 0)
+      BRASS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carve));
     return true;
   }();
   (void)set;
