@@ -796,6 +796,12 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   run_attention_case(f, {DType::F16, 8, 2, 128, 0, 0, {6000}, {1}});
   run_attention_case(f, {DType::F16, 16, 2, 32, 0, 0, {7000}, {1}, false});
   run_attention_case(f, {DType::F16, 8, 1, 16, 0, 0, {6000}, {1}});
+  // gpt-oss shape, splits of several tiles (22 splits a kv head on a 132-SM GPU): 4949 puts
+  // the newest key (read after the PDL wait) in its split's second tile; 9000 (no sinks)
+  // four tiles a split; a 4000-key window in a 4500-slot ring, past its wrap.
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {4949}, {1}});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 0, 0, {9000}, {1}, false});
+  run_attention_case(f, {DType::F16, 64, 8, 64, 4000, 4500, {7000}, {1}});
   // no sinks; tiny head_dim, n_rep 2; prefill chunks of two sequences.
   run_attention_case(f, {DType::F32, 4, 2, 16, 0, 0, {0, 7}, {5, 3}, false});
   run_attention_case(f, {DType::F16, 8, 2, 32, 8, 12, {9, 0}, {5, 4}});

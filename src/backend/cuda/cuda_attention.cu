@@ -310,9 +310,19 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 // atomic ticket, reset by that block so a captured graph replays) merges the used splits
 // with the sink (dec_finish: one exp per (head, split), then FMA chains): no second launch.
 // Splits: at least a tile of keys each (BRASS_CUDA_ATTN_SPLIT_KEYS overrides), at most one
-// wave of blocks (BRASS_CUDA_ATTN_DEC_SPLITS overrides): a block's tiles then follow each
-// other on its SM instead of queueing as further blocks. BRASS_CUDA_ATTN_DECODE=0 sends
-// decode tokens to the split + combine pair (measurement knobs).
+// wave of blocks and at most ~4/3 blocks an SM (BRASS_CUDA_ATTN_DEC_SPLITS overrides): a
+// block's tiles then follow each other on its SM instead of queueing as further blocks.
+// BRASS_CUDA_ATTN_DECODE=0 sends decode tokens to the split + combine pair (measurement
+// knobs). Why 4/3: the 64-dim tensor-core kernel fits 2 blocks an SM (a wave: 33 splits a
+// kv head for gpt-oss), each holding half the SM's registers, so a full wave leaves no
+// room beside it for wo's blocks and their pre-wait loads, even at short depth where all
+// but the first split exit at once; at depth 4096 its 33 partials also take the merge two
+// rounds of loads (dec_finish: 32 in the first). 22 splits (176 blocks): H200, one build,
+// three calls (session 40), tg128 894-897 -> 898-902 tok/s, @ d4096 836-838 -> 839-842,
+// although each split's 187 keys then take two tiles; 16 (three tiles) and 11 splits lost
+// 0.5-4% at depth 4096, 26 lost 0.5% there.
+// (Tried: the later tiles of a split prefetched into shared memory a tile ahead by
+// cp.async: no gain at 22 splits, @ d4096 -0.3%.)
 // attn_decode_kernel (CUDA cores; the f32 cache): a key's row is read by G = D / 8
 // consecutive lanes, 8 dimensions each, K and V together, so a lane holds the same dims
 // of K (scores) and V (values); a warp takes KG = 32 / G keys side by side and kDecU of
@@ -1021,7 +1031,7 @@ __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
 
 // Decode launch configuration (host). Measurement knobs, read once: BRASS_CUDA_ATTN_SPLIT_KEYS
 // (keys a used split gets at least; default one tile) and BRASS_CUDA_ATTN_DEC_SPLITS (most
-// splits per kv head; default one wave of blocks).
+// splits per kv head; default one wave of blocks, at most ~4/3 blocks an SM).
 // The decode kernel of a cache type: tensor cores for f16, CUDA cores for f32.
 template <int D, class KV>
 static constexpr auto dec_kernel() {
@@ -1049,7 +1059,9 @@ template <int D, class KV>
 static int dec_splits_kv(const AttentionP& a, const SeqP& s) {
   static const int env_splits = env_int("BRASS_CUDA_ATTN_DEC_SPLITS");
   const int32_t min_keys = dec_min_keys<D, KV>();
-  const int64_t wave = std::max<int64_t>(1, static_cast<int64_t>(dec_blocks_per_sm<D, KV>()) * sm_count() / a.n_head_kv);
+  const int64_t sms = sm_count();
+  const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(dec_blocks_per_sm<D, KV>()) * sms, 4 * sms / 3);
+  const int64_t wave = std::max<int64_t>(1, blocks / a.n_head_kv);
   const int64_t cap = std::min<int64_t>(kDecMaxSplits, env_splits > 0 ? env_splits : wave);
   const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
   return static_cast<int>(std::clamp<int64_t>((max_keys + min_keys - 1) / min_keys, 1, cap));
