@@ -317,10 +317,10 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 // kv head for gpt-oss), each holding half the SM's registers, so a full wave leaves no
 // room beside it for wo's blocks and their pre-wait loads, even at short depth where all
 // but the first split exit at once; at depth 4096 its 33 partials also take the merge two
-// rounds of loads (dec_finish: 32 in the first). 22 splits (176 blocks): H200, one build,
-// three calls (session 40), tg128 894-897 -> 898-902 tok/s, @ d4096 836-838 -> 839-842,
-// although each split's 187 keys then take two tiles; 16 (three tiles) and 11 splits lost
-// 0.5-4% at depth 4096, 26 lost 0.5% there.
+// rounds of loads (dec_finish: 32 in the first). 22 splits (176 blocks), H200, against
+// the 33 built beside it (session 40, three rounds): tg128 895-900 -> 900-904 tok/s, @
+// d4096 837 -> 838-840, although each split's 187 keys then take two tiles; 16 (three
+// tiles) and 8 splits lost 0.5% and 3% at depth 4096, 26 ~0.7% there.
 // (Tried: the later tiles of a split prefetched into shared memory a tile ahead by
 // cp.async: no gain at 22 splits, @ d4096 -0.3%.)
 // attn_decode_kernel (CUDA cores; the f32 cache): a key's row is read by G = D / 8
