@@ -319,8 +319,8 @@ int n_splits_for(int32_t capacity) { return std::clamp((capacity + 127) / 128, 1
 // but the first split exit at once; at depth 4096 its 33 partials also take the merge two
 // rounds of loads (dec_finish: 32 in the first). 22 splits (176 blocks), H200, against
 // the 33 built beside it (session 40, three rounds): tg128 895-900 -> 900-904 tok/s, @
-// d4096 837 -> 838-840, although each split's 187 keys then take two tiles; 16 (three
-// tiles) and 8 splits lost 0.5% and 3% at depth 4096, 26 ~0.7% there.
+// d4096 837 -> 838-840, although each split's 187 keys then take two tiles. At depth
+// 4096, 16 (three tiles) and 8 splits were 0.5% and 3% below 33, and 26 ~0.7% below 22.
 // (Tried: the later tiles of a split prefetched into shared memory a tile ahead by
 // cp.async: no gain at 22 splits, @ d4096 -0.3%.)
 // attn_decode_kernel (CUDA cores; the f32 cache): a key's row is read by G = D / 8
