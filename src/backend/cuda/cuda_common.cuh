@@ -119,6 +119,35 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(static_cast<uint32_t>(e - a)) : "memory");
 }
 
+// L2 eviction priority evict_first (sm_80+) for loads and copies with .L2::cache_hint:
+// weights streamed once give their L2 lines up before others.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint4 ldg_u4_hint(const void* a, uint64_t pol) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(a), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldg_u8_hint(const void* a, uint64_t pol) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L2::cache_hint.u8 %0, [%1], %2;" : "=r"(v) : "l"(a), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldg_u16_hint(const void* a, uint64_t pol) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=r"(v) : "l"(a), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, uint64_t pol) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(pol) : "memory");
+}
+
 // Ticket for "the last one to finish does the rest" (an atomic add of 1, old value back):
 // the release makes this thread's earlier writes visible to whoever draws the last
 // ticket, the acquire makes everyone's visible to it (its block's other threads see them
@@ -140,10 +169,26 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-__device__ __forceinline__ float e8m0_half(uint8_t e) {
-  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e) - 1u) << 23;
-  return __uint_as_float(bits);
+// Half the E8M0 scale 2^(e - 127) as f32 bits (subnormal for e < 2).
+__host__ __device__ constexpr uint32_t e8m0_half_bits(uint32_t e) {
+  return e < 2u ? (0x00200000u << e) : (e - 1u) << 23;
 }
+__device__ __forceinline__ float e8m0_half(uint8_t e) { return __uint_as_float(e8m0_half_bits(e)); }
+// The same bits as multiply-adds: 0x200000 (e + 1) for e < 2, 0x800000 (e - 1) above; the
+// one-token MXFP4 terms (mx_term) issue 4 instructions for it instead of 7. With the MoE's
+// loads evict_first (cuda_q8_pre.cu), H200, one build, three rounds (session 41): tg128
+// 899.2-902.9 -> 897.3-901.4 tok/s, @ d4096 838.4-839.5 -> 847.9-849.2 (alone: tg128 -0.6%,
+// @ d4096 +0.8%; session 40 measured the same signs).
+__host__ __device__ constexpr uint32_t e8m0_half_bits_mad(uint32_t e) {
+  return e < 2u ? e * 0x200000u + 0x200000u : e * 0x800000u - 0x800000u;
+}
+constexpr bool e8m0_mad_exact() {
+  for (uint32_t e = 0; e < 256u; ++e)
+    if (e8m0_half_bits_mad(e) != e8m0_half_bits(e)) return false;
+  return true;
+}
+static_assert(e8m0_mad_exact(), "e8m0_half_bits_mad must give e8m0_half_bits for every E8M0 byte");
+__device__ __forceinline__ float e8m0_half_mad(uint32_t e) { return __uint_as_float(e8m0_half_bits_mad(e)); }
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 __device__ __forceinline__ float f16_bits_to_f32(uint16_t b) { return __half2float(__ushort_as_half(b)); }

@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) norm_router_cluster_kernel(MoeBlockP
 // XS: x (n_in <= kMaxXs) copied to shared memory while the rows load, so the dot products
 // read it there instead of from L2 once the rows have arrived.
 constexpr int kMaxXs = 4 * kNormVec * kThreads;  // the launch's n_embd bound
-template <int TYPE, int C, bool XS, bool LUT = false>
+template <int TYPE, int C, bool XS, bool LUT = false, bool EF = false>
 __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, DevW up, const float* __restrict__ gb,
                                                                      const float* __restrict__ ub,
                                                                      const int8_t* __restrict__ xq,
@@ -268,8 +268,8 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   BRASS_PROBE_MARK(1, 2);
 #endif
   RowFrag<C> g, u;
-  frag_load<TYPE, C>(g, gate, row, lane);
-  frag_load<TYPE, C>(u, up, row, lane);
+  frag_load<TYPE, C, EF>(g, gate, row, lane);
+  frag_load<TYPE, C, EF>(u, up, row, lane);
   const float bg = gb ? gb[row] : 0.f, bu = ub ? ub[row] : 0.f;
   const int nc = frag_chunks<TYPE>(gate.n_in);
   if constexpr (XS) {  // all loads of the copy in flight together (n / 16 <= 2 per thread)
@@ -314,7 +314,8 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // STAGE (MXFP4): the rows' codes go to shared memory by cp.async (their scales stay in
 // registers), so the kernel fits 3 blocks an SM and all 360 blocks of gpt-oss load before
 // the wait (in registers, 124 of them: 2 blocks an SM, 96 blocks after the wait).
-template <int TYPE, int C, bool STAGE, bool LUT = false>
+// EF: the rows' loads evict first (BRASS_CUDA_MOE_EVICT_FIRST).
+template <int TYPE, int C, bool STAGE, bool LUT = false, bool EF = false>
 __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
     moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_qd,
                         const int32_t* __restrict__ ids,
@@ -337,9 +338,12 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
     for (int j = 0; j < K; ++j) {
       const int64_t row = static_cast<int64_t>(ids[j]) * n_embd + r;
       if constexpr (STAGE) {
-        for (int c = lane; c < n / 32; c += kWarp)
-          cp_async16(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16);
-        frag_load_mx_scales<C>(f[j], down, row, lane);
+        const uint64_t pol = EF ? l2_policy_evict_first() : 0;
+        for (int c = lane; c < n / 32; c += kWarp) {
+          if constexpr (EF) cp_async16_hint(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16, pol);
+          else cp_async16(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16);
+        }
+        frag_load_mx_scales<C, EF>(f[j], down, row, lane);
       } else {
         frag_load<TYPE, C>(f[j], down, row, lane);
       }
@@ -604,7 +608,13 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   }
   BRASS_CUDA_LAUNCHED();
   const bool lut = TYPE == kMX && mx_lut_on();
+  // The experts' rows are read once a token: their loads ask the L2 to evict them first
+  // (BRASS_CUDA_MOE_EVICT_FIRST=0: plain loads, measurement knob). H200, one build, three
+  // rounds (session 41): tg128 893.0-897.5 -> 897.3-901.4 tok/s, @ d4096 843.9-847.1 ->
+  // 847.9-849.2.
+  static const bool ef = env_bool("BRASS_CUDA_MOE_EVICT_FIRST", true);
   auto gu = !gu_xsmem_on() ? gate_up_xq_kernel<TYPE, C, false>
+            : lut && ef    ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX, true>
             : lut          ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX>
                            : gate_up_xq_kernel<TYPE, C, true>;
   launch_pdl(gu, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
@@ -617,9 +627,12 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   float* out = a.accumulate ? a.y : m.out;
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
-    auto down = lut ? moe_down_pre_kernel<TYPE, C, kS, kS> : moe_down_pre_kernel<TYPE, C, kS>;
+    auto down = lut && ef ? moe_down_pre_kernel<TYPE, C, kS, kS, true>
+                : lut     ? moe_down_pre_kernel<TYPE, C, kS, kS>
+                          : moe_down_pre_kernel<TYPE, C, kS>;
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS>>();
+    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS, true>>();
     launch_pdl(down, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
                aq, m.ids, m.weights, out, a.accumulate);
   } else {

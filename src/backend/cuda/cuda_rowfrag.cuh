@@ -23,30 +23,37 @@ struct RowFrag {
 };
 
 // Only the scales of frag_load (for rows whose quants are staged elsewhere).
-template <int C>
+// EF: the loads ask the L2 to give their lines up first (l2_policy_evict_first).
+template <int C, bool EF = false>
 __device__ __forceinline__ void frag_load_mx_scales(RowFrag<C>& f, const DevW& w, int64_t r, int lane) {
   const int nc = frag_chunks<kMX>(w.n_in);
+  const uint64_t pol = EF ? l2_policy_evict_first() : 0;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int c = lane + i * kWarp;
-    f.s[i] = c < nc ? __ldg(w.s + r * (w.n_in / 32) + c) : 0u;
+    const uint8_t* a = w.s + r * (w.n_in / 32) + c;
+    f.s[i] = c < nc ? (EF ? ldg_u8_hint(a, pol) : __ldg(a)) : 0u;
   }
 }
 
-template <int TYPE, int C>
+template <int TYPE, int C, bool EF = false>
 __device__ __forceinline__ void frag_load(RowFrag<C>& f, const DevW& w, int64_t r, int lane) {
   const int64_t n = w.n_in;
   const int nc = frag_chunks<TYPE>(n);
   const uint8_t* qr = w.q + r * (TYPE == kQ8 ? n : n / 2);
+  const uint64_t pol = EF ? l2_policy_evict_first() : 0;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
     const int c = lane + i * kWarp;
     if (c < nc) {
-      f.q[i] = __ldg(reinterpret_cast<const uint4*>(qr + c * 16));
-      if constexpr (TYPE == kQ8)
-        f.s[i] = __ldg(reinterpret_cast<const unsigned short*>(w.s) + r * (n / 32) + (c >> 1));
-      else
-        f.s[i] = __ldg(w.s + r * (n / 32) + c);
+      const auto* qa = reinterpret_cast<const uint4*>(qr + c * 16);
+      f.q[i] = EF ? ldg_u4_hint(qa, pol) : __ldg(qa);
+      if constexpr (TYPE == kQ8) {
+        const auto* sa = reinterpret_cast<const unsigned short*>(w.s) + r * (n / 32) + (c >> 1);
+        f.s[i] = EF ? ldg_u16_hint(sa, pol) : __ldg(sa);
+      } else {
+        f.s[i] = EF ? ldg_u8_hint(w.s + r * (n / 32) + c, pol) : __ldg(w.s + r * (n / 32) + c);
+      }
     } else {
       f.q[i] = make_uint4(0, 0, 0, 0);
       f.s[i] = 0;
@@ -79,7 +86,7 @@ __device__ __forceinline__ MxX mx_chunk_x(const int8_t* xq, int c) {
   return MxX{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
 }
 __device__ __forceinline__ float mx_term(uint4 q, uint32_t s, const MxX& x, float xs, MxLut lut = {}) {
-  return static_cast<float>(mx_dot(q, x.w, lut)) * (e8m0_half(static_cast<uint8_t>(s)) * xs);
+  return static_cast<float>(mx_dot(q, x.w, lut)) * (e8m0_half_mad(s & 0xffu) * xs);
 }
 __device__ __forceinline__ float mx_chunk_term(uint4 q, uint32_t s, const int8_t* xq, const float* xd, int c,
                                                MxLut lut = {}) {
