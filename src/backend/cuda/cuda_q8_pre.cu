@@ -609,7 +609,8 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   BRASS_CUDA_LAUNCHED();
   const bool lut = TYPE == kMX && mx_lut_on();
   // The experts' rows are read once a token: their loads ask the L2 to evict them first
-  // (BRASS_CUDA_MOE_EVICT_FIRST=0: plain loads, measurement knob). H200, one build, three
+  // (MXFP4 experts with the tables in registers, the gpt-oss path;
+  // BRASS_CUDA_MOE_EVICT_FIRST=0: plain loads, measurement knob). H200, one build, three
   // rounds (session 41): tg128 893.0-897.5 -> 897.3-901.4 tok/s, @ d4096 843.9-847.1 ->
   // 847.9-849.2.
   static const bool ef = env_bool("BRASS_CUDA_MOE_EVICT_FIRST", true);
