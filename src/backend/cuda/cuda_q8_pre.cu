@@ -609,13 +609,14 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   BRASS_CUDA_LAUNCHED();
   const bool lut = TYPE == kMX && mx_lut_on();
   // The experts' rows are read once a token: their loads ask the L2 to evict them first
-  // (MXFP4 experts with the tables in registers, the gpt-oss path;
+  // (MXFP4 experts with the tables in registers, the gpt-oss path: LUT and EF are
+  // instantiated for MXFP4 only, `lut` being false otherwise;
   // BRASS_CUDA_MOE_EVICT_FIRST=0: plain loads, measurement knob). H200, one build, three
   // rounds (session 41): tg128 893.0-897.5 -> 897.3-901.4 tok/s, @ d4096 843.9-847.1 ->
   // 847.9-849.2.
   static const bool ef = env_bool("BRASS_CUDA_MOE_EVICT_FIRST", true);
   auto gu = !gu_xsmem_on() ? gate_up_xq_kernel<TYPE, C, false>
-            : lut && ef    ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX, true>
+            : lut && ef    ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX, TYPE == kMX>
             : lut          ? gate_up_xq_kernel<TYPE, C, true, TYPE == kMX>
                            : gate_up_xq_kernel<TYPE, C, true>;
   launch_pdl(gu, dim3(static_cast<unsigned>(n_ff / kGuRows), static_cast<unsigned>(m.k)),
@@ -628,12 +629,12 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   float* out = a.accumulate ? a.y : m.out;
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
-    auto down = lut && ef ? moe_down_pre_kernel<TYPE, C, kS, kS, true>
+    auto down = lut && ef ? moe_down_pre_kernel<TYPE, C, kS, kS, kS>
                 : lut     ? moe_down_pre_kernel<TYPE, C, kS, kS>
                           : moe_down_pre_kernel<TYPE, C, kS>;
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS>>();
-    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS, true>>();
+    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS, kS>>();
     launch_pdl(down, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
                aq, m.ids, m.weights, out, a.accumulate);
   } else {
