@@ -669,6 +669,106 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
   }
 }
 
+// One decode token in int8 mode: the attention also writes its output quantized as
+// Q8_0 (cuda_attention.cu, dec_finish), and the next MoE block's fused wo (wo_router)
+// copies that instead of quantizing the f32 output itself. The same bits either way: each
+// case runs the attention and the MoE block twice on the same fresh inputs, the second
+// time with a device copy in between, which makes the block quantize for itself; the
+// residual, the picks and the attention output must match bit for bit, and the fusion
+// counter must show that the first run took the copy and the second did not. Cases: the
+// gpt-oss shape at the first token, one split and deep (22 splits on a 132-SM GPU: the
+// merge writes it), f16 and f32 caches; head_dim 128 and 16 (their merges' other thread
+// layouts).
+TEST(CudaOps, DecodeAttentionHandsWoItsInt8Input) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  const int64_t n_embd = 128, n_ff = 192, n_expert = 8, k = 4;
+  HostExperts ex(f.rng, DType::MXFP4, n_embd, n_ff, n_expert);
+  HostWeight wr(f.rng, DType::F32, n_embd, n_expert);
+  const auto rb = f.rng.vec(n_expert), norm = f.rng.vec(n_embd, 0.5, 1.5);
+  const WeightView gg = on_gpu(*f.gpu, ex.g.view), gu = on_gpu(*f.gpu, ex.u.view), gd = on_gpu(*f.gpu, ex.d.view),
+                   gr = on_gpu(*f.gpu, wr.view);
+  Dev dgb = Dev::from(*f.gpu, ex.gb), dub = Dev::from(*f.gpu, ex.ub), ddb = Dev::from(*f.gpu, ex.db),
+      drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), scratch = Dev::poisoned<float>(*f.gpu, 2);
+  struct Case {
+    DType kv;
+    int64_t n_head, n_head_kv, hd;
+    int32_t pos;
+  };
+  for (const Case& c : {Case{DType::F16, 64, 8, 64, 0}, Case{DType::F16, 64, 8, 64, 300},
+                        Case{DType::F16, 64, 8, 64, 4949}, Case{DType::F32, 64, 8, 64, 2000},
+                        Case{DType::F16, 8, 1, 128, 3000}, Case{DType::F16, 16, 2, 16, 6000}}) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.hd << " pos "
+                                      << c.pos << (c.kv == DType::F16 ? " f16" : " f32"));
+    const int64_t n_out = c.n_head * c.hd, row = c.n_head_kv * c.hd, slots = c.pos + 1;
+    HostWeight wo(f.rng, DType::Q8_0, n_out, n_embd, 1, 4.0f / std::sqrt(static_cast<float>(n_out)));
+    const WeightView gwo = on_gpu(*f.gpu, wo.view);
+    const auto bo = f.rng.vec(n_embd), q = f.rng.vec(n_out, -2, 2), sinks = f.rng.vec(c.n_head, -1, 2),
+               y = f.rng.vec(n_embd, -2, 2);
+    // the cache (every position up to pos, the token's own included) in its element type
+    const auto kf = f.rng.vec(slots * row), vf = f.rng.vec(slots * row);
+    auto cache = [&](const std::vector<float>& x) {
+      if (c.kv == DType::F32) return Dev::from(*f.gpu, x);
+      std::vector<uint16_t> h(x.size());
+      for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_f16(x[i]);
+      return Dev::from(*f.gpu, h);
+    };
+    Dev dk = cache(kf), dv = cache(vf), dq = Dev::from(*f.gpu, q), dsk = Dev::from(*f.gpu, sinks),
+        dbo = Dev::from(*f.gpu, bo), dpos = Dev::from(*f.gpu, std::vector<int32_t>{c.pos});
+    const AttnSeq seq{.tok0 = 0, .n_tok = 1, .pos0 = c.pos, .k = dk.as<void>(), .v = dv.as<void>(),
+                      .capacity = static_cast<int32_t>(slots)};
+    struct Run {
+      std::vector<float> y, attn;
+      std::vector<int32_t> ids;
+    };
+    auto run = [&](bool apart) {
+      Dev dy = Dev::from(*f.gpu, y), dadd = Dev::poisoned<float>(*f.gpu, n_embd),
+          dattn = Dev::poisoned<float>(*f.gpu, n_out), dxn = Dev::poisoned<float>(*f.gpu, n_embd),
+          dl = Dev::poisoned<float>(*f.gpu, n_expert), di = Dev::poisoned<int32_t>(*f.gpu, k),
+          dw = Dev::poisoned<float>(*f.gpu, k), dout = Dev::poisoned<float>(*f.gpu, n_embd);
+      f.gpu->attention({.q = dq.as<float>(), .sinks = dsk.as<float>(), .out = dattn.as<float>(), .kv_type = c.kv,
+                        .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.hd, .window = 0,
+                        .scale = 1.0f / std::sqrt(static_cast<float>(c.hd)), .seqs = std::span(&seq, 1),
+                        .pos = dpos.as<int32_t>()});
+      if (apart) f.gpu->copy(scratch.as<float>() + 1, scratch.as<float>(), sizeof(float));
+      f.gpu->moe_block({.y = dy.as<float>(),
+                        .add = dadd.as<float>(),
+                        .proj = {.w = gwo, .bias = dbo.as<float>(), .x = dattn.as<float>(), .y = dadd.as<float>(),
+                                 .n_tok = 1},
+                        .norm = dnorm.as<float>(),
+                        .eps = 1e-5f,
+                        .router = gr,
+                        .router_bias = drb.as<float>(),
+                        .logits = dl.as<float>(),
+                        .n_expert = n_expert,
+                        .moe = {.x = dxn.as<float>(),
+                                .ids = di.as<int32_t>(),
+                                .weights = dw.as<float>(),
+                                .gate = gg,
+                                .up = gu,
+                                .down = gd,
+                                .gate_bias = dgb.as<float>(),
+                                .up_bias = dub.as<float>(),
+                                .down_bias = ddb.as<float>(),
+                                .out = dout.as<float>(),
+                                .n_tok = 1,
+                                .k = k},
+                        .accumulate = true});
+      return Run{dy.get<float>(n_embd), dattn.get<float>(n_out), di.get<int32_t>(k)};
+    };
+    const int64_t before = cuda_fusion_counts(*f.gpu).attn_q8_read;
+    const Run fused = run(false);
+    EXPECT_EQ(cuda_fusion_counts(*f.gpu).attn_q8_read, before + 1) << "the block did not take the attention's copy";
+    const Run own = run(true);
+    EXPECT_EQ(cuda_fusion_counts(*f.gpu).attn_q8_read, before + 1) << "the block took a copy after another write";
+    for (float x : fused.attn) ASSERT_TRUE(std::isfinite(x)) << "attention output not written";
+    EXPECT_EQ(fused.attn, own.attn);
+    EXPECT_EQ(fused.ids, own.ids);
+    EXPECT_EQ(fused.y, own.y) << "the copy's bits differ from wo_router's own quantization";
+  }
+}
+
 // One attention configuration: n_seq sequences with the given chunk lengths and start
 // positions, stored then attended, reference vs CUDA (also through attn_qkv when asked).
 struct AttnCase {

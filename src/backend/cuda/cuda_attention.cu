@@ -36,6 +36,10 @@ struct AttnParams {
   const float* q;        // seq's first token row
   float* out;            // its output row (multi-sequence launches only)
   __half* out_h;         // null, or out in f16 too (batched decode: the wo call's input)
+  // One-token decode kernels: null, or out quantized as Q8_0 per 32 (wo_router's input,
+  // quantize_x_smem's bits): out_q [n_head * D] int8, out_d [n_head * D / 32] scales.
+  int8_t* out_q = nullptr;
+  float* out_d = nullptr;
   float* partial;        // (n_tok, n_head, n_splits, D + 2)
   const void* k;
   const void* v;
@@ -401,11 +405,16 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
     return num;
   };
   if (used == 1) {  // the only split: out = the block's merge with the sink
+    // (n_rep D % 32 == 0 where out_q is set: a warp's 32 outputs are one 32-group)
     for (int i = tid; i < n_rep * D; i += kThreads) {
       const int r = i / D, d = i % D;
       const float o = merged(r, d) / hl[r];
       p.out[static_cast<int64_t>(h0 + r) * D + d] = o;
       if (p.out_h) p.out_h[static_cast<int64_t>(h0 + r) * D + d] = __float2half_rn(o);
+      if (p.out_q) {
+        const int64_t g0 = static_cast<int64_t>(h0) * D + i - tid % kWarp;  // the warp's group
+        quantize_group_warp<false>(o, tid % kWarp, p.out_q + g0, p.out_d + g0 / 32);
+      }
     }
     return;
   }
@@ -519,6 +528,16 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
     const float o = num[v] / den;
     p.out[static_cast<int64_t>(h0 + r) * D + d0 + v] = o;
     if (p.out_h) p.out_h[static_cast<int64_t>(h0 + r) * D + d0 + v] = __float2half_rn(o);
+  }
+  if (p.out_q) {  // a 32-group is 32 / V neighbouring threads' V outputs (D >= 32: whole warps)
+    float amax = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; ++v) amax = fmaxf(amax, fabsf(num[v] / den));
+#pragma unroll
+    for (int o = 1; o < 32 / V; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int64_t e0 = static_cast<int64_t>(h0 + r) * D + d0;
+#pragma unroll
+    for (int v = 0; v < V; ++v) q8_store(num[v] / den, amax, e0 + v, p.out_q, p.out_d);
   }
   BRASS_PROBE_MARK(6, 4);
 }
@@ -1339,6 +1358,8 @@ static AttnParams seq_attn_params(const AttentionP& a, const SeqP& s, float* par
 template <int D, class KV>
 static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, unsigned* tickets, cudaStream_t st) {
   AttnParams p = seq_attn_params(a, s, partial);
+  p.out_q = a.out_q;
+  p.out_d = a.out_d;
   p.n_splits = dec_splits_kv<D, KV>(a, s);
   p.min_keys = dec_min_keys<D, KV>();
   static const bool early = knob_on("BRASS_CUDA_ATTN_EARLY");
@@ -1349,14 +1370,19 @@ static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, un
 }
 
 template <int D>
-static void attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
+static bool attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
   unsigned* tickets = reinterpret_cast<unsigned*>(scratch);
   float* partial = scratch + kTicketSlots;
+  const bool q8 = a.out_q && a.seqs.size() == 1 && (a.n_head / a.n_head_kv) * D % 32 == 0;
+  bool wrote_q8 = false;
   for (const SeqP& s : a.seqs) {
     if (s.n_tok <= 0) continue;
     if (use_decode_kernel(a, s)) {  // one decode token: one launch (after the previous kernel's tail, PDL)
-      if (a.kv_type == DType::F16) launch_decode<D, __half>(a, s, partial, tickets, st);
-      else launch_decode<D, float>(a, s, partial, tickets, st);
+      AttentionP b = a;
+      if (!q8) b.out_q = nullptr, b.out_d = nullptr;
+      if (a.kv_type == DType::F16) launch_decode<D, __half>(b, s, partial, tickets, st);
+      else launch_decode<D, float>(b, s, partial, tickets, st);
+      wrote_q8 = q8;
       continue;
     }
     const AttnParams p = seq_attn_params(a, s, partial);
@@ -1371,19 +1397,20 @@ static void attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
                                                 static_cast<int>(a.n_head), p.n_splits, p.pos, p.pos0, p.window);
     BRASS_CUDA_LAUNCHED();
   }
+  return wrote_q8;
 }
 
-void launch_attention(const AttentionP& a, float* scratch, cudaStream_t st) {
+bool launch_attention(const AttentionP& a, float* scratch, cudaStream_t st) {
   if (a.n_head / a.n_head_kv > kMaxRep || a.n_head % a.n_head_kv != 0) {
     std::fprintf(stderr, "cuda attention: n_head / n_head_kv = %lld / %lld is not supported (max %d)\n",
                  static_cast<long long>(a.n_head), static_cast<long long>(a.n_head_kv), kMaxRep);
     std::abort();
   }
   switch (a.head_dim) {
-    case 16: attention_d<16>(a, scratch, st); break;
-    case 32: attention_d<32>(a, scratch, st); break;
-    case 64: attention_d<64>(a, scratch, st); break;
-    case 128: attention_d<128>(a, scratch, st); break;
+    case 16: return attention_d<16>(a, scratch, st);
+    case 32: return attention_d<32>(a, scratch, st);
+    case 64: return attention_d<64>(a, scratch, st);
+    case 128: return attention_d<128>(a, scratch, st);
     default:
       std::fprintf(stderr, "cuda attention: head_dim %lld is not supported (16, 32, 64, 128)\n",
                    static_cast<long long>(a.head_dim));

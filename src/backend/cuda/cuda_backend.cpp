@@ -170,7 +170,7 @@ class CudaBackend final : public Backend {
     BRASS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
     for (Scratch* sc : {&stage_dev_, &attn_, &act_, &argmax_partial_, &argmax_counter_, &head_parts_, &head_ticket_,
                         &pick_parts_, &kvtab_, &attntab_, &mma_, &mma_dense_, &block_, &block_counter_, &nr_counter_,
-                        &shadow_buf_})
+                        &shadow_buf_, &attn_q8_})
       sc->stream = st_;
     cudaDeviceProp prop{};
     BRASS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -204,6 +204,7 @@ class CudaBackend final : public Backend {
   }
   void upload(void* dst, const void* src, size_t bytes) override {
     shadow_ = {};  // (it may overwrite a shadowed activation)
+    attn_q8_for_ = {};
     if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st_));
   }
   void download(void* dst, const void* src, size_t bytes) override {
@@ -214,6 +215,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { BRASS_CUDA_CHECK(cudaStreamSynchronize(st_)); }
   void copy(void* dst, const void* src, size_t bytes) override {
     shadow_ = {};
+    attn_q8_for_ = {};
     if (bytes) BRASS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st_));
   }
   // Into a pinned staging slot (a copy to pageable memory would wait for the stream), then
@@ -353,6 +355,7 @@ class CudaBackend final : public Backend {
     return p.n_tok >= mma_dense_min_tok_ && p.n_tok <= mma_dense_max_tok_ && matmul_mma_supported(p.w);
   }
   void attention(const AttentionArgs& a) override {
+    attn_q8_for_ = {};
     const auto all = seq_params(a.seqs);
     const AttentionP whole{a.q, a.sinks, a.out, a.kv_type, a.n_head, a.n_head_kv, a.head_dim, a.window, a.scale, all,
                            a.pos};
@@ -381,7 +384,15 @@ class CudaBackend final : public Backend {
     }
     if (by_value_launch()) return;
     float* partial = static_cast<float*>(attn_.get(attention_scratch_floats(p) * sizeof(float)));
-    launch_attention(p, partial, st_);
+    // One decode token in int8 mode: the attention also writes its output as wo_router's
+    // int8 input (moe_block takes it when it fuses wo); BRASS_CUDA_ATTN_Q8=0 turns it off.
+    static const bool q8_on = knob_on("BRASS_CUDA_ATTN_Q8");
+    const int64_t n_out = a.n_head * a.head_dim;
+    if (q8_on && q8x_ && rest.size() == 1 && n_out % 128 == 0) {
+      p.out_q = static_cast<int8_t*>(attn_q8_.get(static_cast<size_t>(n_out + n_out / 8)));
+      p.out_d = reinterpret_cast<float*>(p.out_q + n_out);
+    }
+    if (launch_attention(p, partial, st_) && p.out_q) attn_q8_for_ = {a.out, p.out_q, g_launches};
   }
   void router(const RouterArgs& a) override {
     if (updating_) return;
@@ -445,7 +456,12 @@ class CudaBackend final : public Backend {
       f.wo = dev_weight(a.proj.w);
       f.wo_bias = a.proj.bias;
       f.wo_x = a.proj.x;
-      if (one_token(f)) return;
+      if (attn_q8_for_.out == a.proj.x && attn_q8_for_.at == g_launches && wo_router_takes_xq(f))
+        f.wo_xq = attn_q8_for_.q;
+      if (one_token(f)) {
+        if (f.wo_xq) ++fusions_.attn_q8_read;
+        return;
+      }
     }
     if (a.proj.x) {
       matmul(a.proj);
@@ -737,6 +753,15 @@ class CudaBackend final : public Backend {
   Scratch head_parts_, head_ticket_;  // output_head with a pick: the blocks' best; the ticket
   Scratch pick_parts_;                 // head_rows_pick: the blocks' best of each row
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
+  // The one-token attention's output as Q8_0 (int8 [n] | scales [n / 32], one area of a
+  // fixed size, so its address never changes), the f32 output it was written for, valid
+  // while g_launches is still `at` (as shadow_ below; moe_block's wo_router reads it).
+  Scratch attn_q8_;
+  struct {
+    const float* out = nullptr;
+    const int8_t* q = nullptr;
+    uint64_t at = 0;
+  } attn_q8_for_;
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   // f16 copies of activations, written by their producer for the f16 dense call that reads
   // them next (moe_block's combine: the next layer's q / k / v input; batched attention:

@@ -522,6 +522,15 @@ __device__ __forceinline__ void quantize_group_warp(float v, int lane, int8_t* q
   if (lane == 0) *d = __half2float(__float2half_rn(dv));
 }
 
+// One element v (index e) of a Q8_0 32-group whose |max| the caller has: the bits of
+// quantize_group_warp (and quantize_x_smem): q [e], and d [e / 32] from the group's first.
+__device__ __forceinline__ void q8_store(float v, float amax, int64_t e, int8_t* q, float* d) {
+  const float dv = amax / 127.0f;
+  const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
+  q[e] = static_cast<int8_t>(roundf(v * id));
+  if (e % 32 == 0) d[e / 32] = __half2float(__float2half_rn(dv));
+}
+
 // A 32-group held as 8 neighbouring threads' float4s (threads 8k .. 8k + 7 of a warp, all
 // lanes calling) quantized as quantize_group_warp does: returns the group's scale (amax /
 // 127, in every thread of the group) and this thread's 4 codes round(x_e / scale).

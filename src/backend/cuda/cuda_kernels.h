@@ -209,6 +209,10 @@ struct AttentionP {
   const float* q; const float* sinks; float* out; DType kv_type; int64_t n_head, n_head_kv, head_dim;
   int32_t window; float scale; std::span<const SeqP> seqs; const int32_t* pos;
   __half* out_h = nullptr;  // batched decode (launch_attention_multi): out in f16 too, the wo call's input
+  // launch_attention, one decode token: also out as Q8_0 per 32 (out_q [n_head head_dim]
+  // int8, out_d [n_head head_dim / 32] scales; the bits wo_router's quantize_x_smem gives)
+  int8_t* out_q = nullptr;
+  float* out_d = nullptr;
 };
 struct AttnQkvP {
   const float* x; DevW wq, wk, wv; const float* bq; const float* bk; const float* bv;
@@ -233,6 +237,9 @@ struct MoeBlockP {
   DevW wo = {};
   const float* wo_bias = nullptr;
   const float* wo_x = nullptr;
+  // null, or wo_x quantized by the attention (launch_attention's out_q, out_d right after
+  // it): wo_router copies it instead of quantizing wo_x in each block
+  const int8_t* wo_xq = nullptr;
 };
 // q/k/v + bias + RoPE + K/V store of one token of one sequence, the input normed first
 // when norm is set (x: the residual; block 0 writes xn), weights loaded before the PDL
@@ -259,6 +266,8 @@ bool launch_moe_block(const MoeBlockP& a, void* scratch, unsigned* counters, cud
 // never); launch_wo_router only where it does.
 bool wo_router_fits(const MoeBlockP& a);
 int wo_router_accs();
+// Whether wo_router reads a.wo_xq (set) instead of quantizing a.wo_x itself.
+bool wo_router_takes_xq(const MoeBlockP& a);
 void launch_wo_router(const MoeBlockP& a, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                       cudaStream_t st);
 
@@ -318,7 +327,8 @@ void launch_kv_store(const KvStoreP& a, cudaStream_t st);
 // area must be zeroed when first allocated (Scratch does) and outside a graph capture;
 // the kernels leave the counters zeroed.
 int64_t attention_scratch_floats(const AttentionP& a);
-void launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
+// true where it wrote a.out_q / a.out_d too (one sequence, one decode token).
+bool launch_attention(const AttentionP& a, float* partial, cudaStream_t st);
 // Batched decode (>= 2 sequences of one token each): one launch for all sequences, their
 // parameters in a device table. The launcher builds the table on the host and hands it to
 // `put`, which returns where the kernels will read it (device memory, filled before any

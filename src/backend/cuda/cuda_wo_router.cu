@@ -40,13 +40,15 @@ constexpr int kAccGroups = 8;    // copies of the sums: block b adds to copy b %
 struct WoRouterK {
   DevW wo;
   const float* wo_bias; const float* x; float* y; const float* norm; const float* router; const float* router_bias;
+  const int8_t* xq_in;  // null, or x already quantized by the attention: xq [n] | xd [n / 32] (Q8_0 wo)
   float* logits; float* xn; int32_t* ids; float* weights;
   float eps;
   int n_expert, k;
 };
 
 int wo_blocks(int64_t n_embd) { return static_cast<int>((n_embd + kWarps - 1) / kWarps); }
-size_t wo_xq_smem(int64_t n) { return static_cast<size_t>(n + n / 8); }  // xq [n] | xd [n / 32]
+// xq [n] | xd [n / 32]
+__host__ __device__ __forceinline__ size_t wo_xq_smem(int64_t n) { return static_cast<size_t>(n + n / 8); }
 
 // acc: kAccGroups x kCols zeroed 64-bit accumulators, ticket: a zeroed counter (both left zeroed).
 template <int TYPE, int C, bool MXO>
@@ -81,7 +83,19 @@ __global__ void __launch_bounds__(kThreads, 3) wo_router_kernel(WoRouterK p, int
   pdl_wait_fenced();
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
-  quantize_x_smem<TYPE == kMX>(p.x, n, sxq, sxd);
+  if (TYPE == kQ8 && p.xq_in) {  // the attention's int8 copy: its bytes are smem's layout
+    const int4* src = reinterpret_cast<const int4*>(p.xq_in);
+    int4* dst = reinterpret_cast<int4*>(smem);
+    const int n16 = static_cast<int>(wo_xq_smem(n) / 16);
+    int4 v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) v[u] = tid + u * kThreads < n16 ? __ldcg(src + tid + u * kThreads) : int4{};
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (tid + u * kThreads < n16) dst[tid + u * kThreads] = v[u];
+  } else {
+    quantize_x_smem<TYPE == kMX>(p.x, n, sxq, sxd);
+  }
   __syncthreads();
   float s = 0.f;
   if (live) {
@@ -182,6 +196,11 @@ bool wo_router_fits(const MoeBlockP& p) {  // beyond launch_moe_block's checks (
          wo_xq_smem(w.n_in) <= 40 * 1024;
 }
 int wo_router_accs() { return kAccGroups * kCols; }
+// A Q8_0 wo (its x in natural order), whose int8 x the kernel copies as 2 int4s a thread.
+bool wo_router_takes_xq(const MoeBlockP& p) {
+  const size_t bytes = wo_xq_smem(p.wo.n_in);
+  return p.wo.type == kQ8 && bytes % 16 == 0 && bytes <= 32 * kThreads;
+}
 
 void launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                       cudaStream_t st) {
@@ -192,6 +211,7 @@ void launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long l
                     p.norm,
                     reinterpret_cast<const float*>(p.router.q),
                     p.router_bias,
+                    wo_router_takes_xq(p) ? p.wo_xq : nullptr,
                     p.logits,
                     p.xn,
                     const_cast<int32_t*>(p.moe.ids),
