@@ -14,6 +14,11 @@
 //   logit_e = inv * sum_r s norm[r] router[e][r] + bias_e (= xn . router_e, xn = s * inv *
 //   norm), picks the top k, writes xn and its int8 copy for gate/up, and zeroes the
 //   accumulators and the ticket (a captured graph replays).
+// x: the one-token decode attention writes its output quantized too (AttnParams::out_q),
+// which the blocks copy (xq_in, 4.6 KB) instead of each reading 16 KB of f32 and
+// quantizing it after the wait (5.9 MB of L2 reads at once over 360 blocks): the same
+// bits. H200, one build beside b8befe3, three rounds: tg128 894.8-898.5 -> 903.8-907.7
+// tok/s, @ d4096 845.9-847.7 -> 851.9-852.4 (session 42; BRASS_CUDA_ATTN_Q8=0 turns it off).
 // Why: the router's rows then load before the wait, in slices beside wo's, and the chain
 // loses a kernel boundary (norm_router started only as wo ended, and waited ~2 us for its
 // 368 KB of rows after its own wait; H200 probe, session 37).
