@@ -508,6 +508,14 @@ __device__ __forceinline__ int mx_pos(int e) {
   return 8 * i + 4 * (r >> 1) + 2 * (r & 1) + h;
 }
 
+// Q8_0 of a 32-group, as quant::quantize_row(Q8_0) computes it from the group's scale
+// d = |max| / 127: the reciprocal the codes use (0 for an all-zero group), an element's
+// code, and the scale as stored (f16-rounded). Every activation quantizer of this backend
+// uses them (the CPU twins: quant::quantize_row).
+__device__ __forceinline__ float q8_inv(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
+__device__ __forceinline__ int8_t q8_code(float v, float id) { return static_cast<int8_t>(roundf(v * id)); }
+__device__ __forceinline__ float q8_stored_scale(float d) { return __half2float(__float2half_rn(d)); }
+
 // Warp-wide: one 32-element group (lane holds element `lane`) quantized exactly as
 // quant::quantize_row(Q8_0) does: q[lane] (MXO: q[mx_pos(lane)]) and, from lane 0, the
 // f16-rounded scale in *d.
@@ -517,18 +525,16 @@ __device__ __forceinline__ void quantize_group_warp(float v, int lane, int8_t* q
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float dv = amax / 127.0f;
-  const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
-  q[MXO ? mx_pos(lane) : lane] = static_cast<int8_t>(roundf(v * id));
-  if (lane == 0) *d = __half2float(__float2half_rn(dv));
+  q[MXO ? mx_pos(lane) : lane] = q8_code(v, q8_inv(dv));
+  if (lane == 0) *d = q8_stored_scale(dv);
 }
 
 // One element v (index e) of a Q8_0 32-group whose |max| the caller has: the bits of
 // quantize_group_warp (and quantize_x_smem): q [e], and d [e / 32] from the group's first.
 __device__ __forceinline__ void q8_store(float v, float amax, int64_t e, int8_t* q, float* d) {
   const float dv = amax / 127.0f;
-  const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
-  q[e] = static_cast<int8_t>(roundf(v * id));
-  if (e % 32 == 0) d[e / 32] = __half2float(__float2half_rn(dv));
+  q[e] = q8_code(v, q8_inv(dv));
+  if (e % 32 == 0) d[e / 32] = q8_stored_scale(dv);
 }
 
 // A 32-group held as 8 neighbouring threads' float4s (threads 8k .. 8k + 7 of a warp, all
@@ -538,11 +544,10 @@ __device__ __forceinline__ float quantize_f4_group8(float4 x, int8_t (&q)[4]) {
   float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float d = amax / 127.0f, id = q8_inv(d);
   const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-  for (int e = 0; e < 4; ++e) q[e] = static_cast<int8_t>(roundf(xs[e] * id));
+  for (int e = 0; e < 4; ++e) q[e] = q8_code(xs[e], id);
   return d;
 }
 
@@ -563,7 +568,7 @@ __device__ __forceinline__ void store_xn_q8(float4 xv, int j, bool mine, float* 
     else word |= (static_cast<uint32_t>(q[e]) & 0xffu) << (8 * e);
   }
   if constexpr (!MXO) reinterpret_cast<uint32_t*>(xq)[j] = word;
-  if (j % 8 == 0) xd[g] = __half2float(__float2half_rn(d));
+  if (j % 8 == 0) xd[g] = q8_stored_scale(d);
 }
 
 // Sum of v over the block (any multiple of 32 threads); sh: blockDim.x / 32 floats.
@@ -697,8 +702,7 @@ __device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int
     for (int j = 0; j < 4; ++j)
       amax = fmaxf(fmaxf(fmaxf(amax, fabsf(v[j].x)), fmaxf(fabsf(v[j].y), fabsf(v[j].z))), fabsf(v[j].w));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    const float dv = amax / 127.0f;
-    const float id = dv != 0.0f ? 1.0f / dv : 0.0f;
+    const float dv = amax / 127.0f, id = q8_inv(dv);
     uint32_t w[4];  // byte b of w[j]: element 4 j + b of this half
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -706,7 +710,7 @@ __device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int
       uint32_t word = 0;
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        word |= (static_cast<uint32_t>(static_cast<int8_t>(roundf(e[b] * id))) & 0xffu) << (8 * b);
+        word |= (static_cast<uint32_t>(q8_code(e[b], id)) & 0xffu) << (8 * b);
       w[j] = word;
     }
     uint4 out = make_uint4(w[0], w[1], w[2], w[3]);
@@ -727,7 +731,7 @@ __device__ __forceinline__ void quantize_x_smem(const float* __restrict__ x, int
     }
     if (!live) continue;
     reinterpret_cast<uint4*>(xq)[u] = out;
-    if (h == 0) xd[u >> 1] = __half2float(__float2half_rn(dv));
+    if (h == 0) xd[u >> 1] = q8_stored_scale(dv);
   }
 }
 

@@ -619,12 +619,11 @@ __device__ __forceinline__ void quantize_group_mma(const float* __restrict__ x, 
   const float v = x[gi * 32 + lane];
   const float amax = warp_max(fabsf(v));
   const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const int8_t q = static_cast<int8_t>(roundf(v * id));
+  const int8_t q = q8_code(v, q8_inv(d));
   const int64_t at = gi * 32 + (TYPE == kMX ? mx_pos(lane) : q8_mma_pos(lane));
   xq[at] = q;
   if (neg) xq[neg + at] = static_cast<int8_t>(-q);
-  if (lane == 0) xd[gi] = __half2float(__float2half_rn(d));
+  if (lane == 0) xd[gi] = q8_stored_scale(d);
 }
 
 }  // namespace brass::backend::cuda::mma

@@ -123,17 +123,16 @@ __global__ void __launch_bounds__(kKs* kWarp, MINB) moe_gate_up_mma_kernel(
 #pragma unroll
       for (int o = 4; o < kWarp; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
       if (pc < cnt) {
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f, id = q8_inv(d);
         int8_t* qrow = act_q + static_cast<int64_t>(off + pc) * n_ff + static_cast<int64_t>(rb) * kRows;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int8_t q = static_cast<int8_t>(roundf(h[i] * id));
+          const int8_t q = q8_code(h[i], id);
           const int at = mx_pos(g + 8 * i);
           qrow[at] = q;
           if constexpr (N == 0) qrow[aneg + at] = static_cast<int8_t>(-q);  // the twin the generic down loop reads
         }
-        if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + rb] = __half2float(__float2half_rn(d));
+        if (g == 0) act_d[static_cast<int64_t>(off + pc) * (n_ff / 32) + rb] = q8_stored_scale(d);
       }
     }
     if (base + 8 * live * S < cnt) __syncthreads();  // red is written again by the next pass

@@ -63,7 +63,7 @@ __device__ __forceinline__ void quantize_row_regs(const float4 (&v)[kVec], int n
       prep.xq[at] = q[e];
       prep.xq[n_tok * n + at] = static_cast<int8_t>(-q[e]);
     }
-    if (j % 8 == 0) prep.xd[gi] = __half2float(__float2half_rn(d));
+    if (j % 8 == 0) prep.xd[gi] = q8_stored_scale(d);
   }
 }
 
