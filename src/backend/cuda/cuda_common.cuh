@@ -79,15 +79,15 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // plain copy loop waits one L2 round trip per step: each store needs its load's value, and
 // the compiler does not move the next load above a store that may alias it. (Unconditional
 // loads with a clamped index, as in load_row_f4, measured the same in down's copy on the
-// H200 and took 8 more registers.)
-template <int U, class T>
+// H200 and took 8 more registers.) CG: the loads go through L2 only (__ldcg).
+template <int U, class T, bool CG = false>
 __device__ __forceinline__ void copy_to_smem(T* dst, const T* src, int n) {
   for (int base = 0; base < n; base += U * static_cast<int>(blockDim.x)) {
     T v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-      if (i < n) v[u] = src[i];
+      if (i < n) v[u] = CG ? __ldcg(src + i) : src[i];
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

@@ -89,15 +89,8 @@ __global__ void __launch_bounds__(kThreads, 3) wo_router_kernel(WoRouterK p, int
   pdl_trigger();
   BRASS_PROBE_MARK(0, 1);
   if (TYPE == kQ8 && p.xq_in) {  // the attention's int8 copy: its bytes are smem's layout
-    const int4* src = reinterpret_cast<const int4*>(p.xq_in);
-    int4* dst = reinterpret_cast<int4*>(smem);
-    const int n16 = static_cast<int>(wo_xq_smem(n) / 16);
-    int4 v[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) v[u] = tid + u * kThreads < n16 ? __ldcg(src + tid + u * kThreads) : int4{};
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (tid + u * kThreads < n16) dst[tid + u * kThreads] = v[u];
+    copy_to_smem<2, int4, true>(reinterpret_cast<int4*>(smem), reinterpret_cast<const int4*>(p.xq_in),
+                                static_cast<int>(wo_xq_smem(n) / 16));
   } else {
     quantize_x_smem<TYPE == kMX>(p.x, n, sxq, sxd);
   }
@@ -201,11 +194,8 @@ bool wo_router_fits(const MoeBlockP& p) {  // beyond launch_moe_block's checks (
          wo_xq_smem(w.n_in) <= 40 * 1024;
 }
 int wo_router_accs() { return kAccGroups * kCols; }
-// A Q8_0 wo (its x in natural order), whose int8 x the kernel copies as 2 int4s a thread.
-bool wo_router_takes_xq(const MoeBlockP& p) {
-  const size_t bytes = wo_xq_smem(p.wo.n_in);
-  return p.wo.type == kQ8 && bytes % 16 == 0 && bytes <= 32 * kThreads;
-}
+// A Q8_0 wo (its x in natural order) whose int8 x copies as whole int4s.
+bool wo_router_takes_xq(const MoeBlockP& p) { return p.wo.type == kQ8 && wo_xq_smem(p.wo.n_in) % 16 == 0; }
 
 void launch_wo_router(const MoeBlockP& p, int8_t* xq, float* xd, unsigned long long* acc, unsigned* ticket, bool mxo,
                       cudaStream_t st) {
