@@ -456,8 +456,7 @@ class CudaBackend final : public Backend {
       f.wo = dev_weight(a.proj.w);
       f.wo_bias = a.proj.bias;
       f.wo_x = a.proj.x;
-      if (attn_q8_for_.out == a.proj.x && attn_q8_for_.at == g_launches && wo_router_takes_xq(f))
-        f.wo_xq = attn_q8_for_.q;
+      if (wo_router_takes_xq(f)) f.wo_xq = attn_q8_for_.of(a.proj.x);
       if (one_token(f)) {
         if (f.wo_xq) ++fusions_.attn_q8_read;
         return;
@@ -753,28 +752,27 @@ class CudaBackend final : public Backend {
   Scratch head_parts_, head_ticket_;  // output_head with a pick: the blocks' best; the ticket
   Scratch pick_parts_;                 // head_rows_pick: the blocks' best of each row
   Scratch block_, block_counter_;  // moe_block: int8 x + SwiGLU output; its ticket counter
-  // The one-token attention's output as Q8_0 (int8 [n] | scales [n / 32], one area of a
-  // fixed size, so its address never changes), the f32 output it was written for, valid
-  // while g_launches is still `at` (as shadow_ below; moe_block's wo_router reads it).
-  Scratch attn_q8_;
-  struct {
-    const float* out = nullptr;
-    const int8_t* q = nullptr;
+  // A copy of activation x that its producer wrote for the call right after it: valid
+  // while g_launches is still `at` (no launch since the producer's); graphs replay the
+  // pairs as recorded. Uploads and copies void it (they may overwrite x).
+  template <class T>
+  struct ActCopy {
+    const float* x = nullptr;
+    const T* copy = nullptr;
     uint64_t at = 0;
-  } attn_q8_for_;
+    const T* of(const float* p) const { return p && p == x && at == g_launches ? copy : nullptr; }
+  };
+  // The one-token attention's output as Q8_0 (int8 [n] | scales [n / 32], one area of a
+  // fixed size, so its address never changes), for moe_block's wo_router.
+  Scratch attn_q8_;
+  ActCopy<int8_t> attn_q8_for_;
   Scratch nr_counter_;  // moe_block of 2..256 tokens: the norm/router kernel's ticket counters
   // f16 copies of activations, written by their producer for the f16 dense call that reads
   // them next (moe_block's combine: the next layer's q / k / v input; batched attention:
   // the wo input), so that call launches no to_half. One area: each copy is read by the
-  // call right after its producer, before the other producer runs. shadow_: the copy of
-  // x, valid while g_launches is still `at` (no launch since the producer's); graphs
-  // replay the pairs as recorded.
+  // call right after its producer, before the other producer runs (ActCopy).
   Scratch shadow_buf_;
-  struct Shadow {
-    const float* x = nullptr;
-    const __half* h = nullptr;
-    uint64_t at = 0;
-  } shadow_;
+  ActCopy<__half> shadow_;
   // Whether producers write copies for n_tok-token calls: where the dense calls take the
   // f16 MMA kernels (CudaBackendOptions::activation_copies).
   bool shadows_for(int64_t n_tok) const {
@@ -790,9 +788,9 @@ class CudaBackend final : public Backend {
   }
   void set_shadow(const float* x, const __half* h) { shadow_ = {x, h, g_launches}; }
   const __half* shadow_of(const float* x) {
-    if (!x || x != shadow_.x || shadow_.at != g_launches) return nullptr;
-    ++fusions_.copies_read;
-    return shadow_.h;
+    const __half* h = shadow_.of(x);
+    if (h) ++fusions_.copies_read;
+    return h;
   }
   CudaFusionCounts fusions_;  // cuda_fusion_counts
   std::unique_ptr<TensorCores> tc_;  // many-token paths (null: off)
