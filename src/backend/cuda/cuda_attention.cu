@@ -523,21 +523,22 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
     if (s0 + 3 * CH < used) load_chunk(vb, s0 + 3 * CH);
   }
   const float den = pden[r];
+  const int64_t e0 = static_cast<int64_t>(h0 + r) * D + d0;
+  float o[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    const float o = num[v] / den;
-    p.out[static_cast<int64_t>(h0 + r) * D + d0 + v] = o;
-    if (p.out_h) p.out_h[static_cast<int64_t>(h0 + r) * D + d0 + v] = __float2half_rn(o);
+    o[v] = num[v] / den;
+    p.out[e0 + v] = o[v];
+    if (p.out_h) p.out_h[e0 + v] = __float2half_rn(o[v]);
   }
   if (p.out_q) {  // a 32-group is 32 / V neighbouring threads' V outputs (D >= 32: whole warps)
     float amax = 0.f;
 #pragma unroll
-    for (int v = 0; v < V; ++v) amax = fmaxf(amax, fabsf(num[v] / den));
+    for (int v = 0; v < V; ++v) amax = fmaxf(amax, fabsf(o[v]));
 #pragma unroll
-    for (int o = 1; o < 32 / V; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int64_t e0 = static_cast<int64_t>(h0 + r) * D + d0;
+    for (int m = 1; m < 32 / V; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
 #pragma unroll
-    for (int v = 0; v < V; ++v) q8_store(num[v] / den, amax, e0 + v, p.out_q, p.out_d);
+    for (int v = 0; v < V; ++v) q8_store(o[v], amax, e0 + v, p.out_q, p.out_d);
   }
   BRASS_PROBE_MARK(6, 4);
 }
