@@ -65,10 +65,12 @@ struct Dev {
   }
 };
 
-// max |a - b| <= atol + rtol * max|b|, NaN fails; reports the first few bad indices.
+// max |a - b| <= atol + rtol * max|b| (+ slack[i] per element where given), NaN fails;
+// reports the first few bad indices.
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol, double atol,
-                         const std::string& what) {
+                         const std::string& what, const std::vector<float>& slack = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_TRUE(slack.empty() || slack.size() == want.size()) << what;
   double mx = 0;
   for (float w : want) mx = std::max(mx, static_cast<double>(std::fabs(w)));
   const double tol = atol + rtol * mx;
@@ -76,7 +78,7 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(d <= tol)) {
+    if (!(d <= tol + (slack.empty() ? 0.0 : slack[i]))) {
       if (bad++ < 3) ADD_FAILURE() << what << " [" << i << "]: cuda " << got[i] << " vs reference " << want[i];
     }
     if (d > worst || std::isnan(d)) worst = d;
