@@ -284,9 +284,11 @@ TEST(CudaOps, RouterTopKWithTies) {
   }
 }
 
-// The q8x MoE's CPU twin, per slot: x and the SwiGLU activations on their Q8_0 round trip
-// where the kernels quantize them; gate / up summed in double on the dequantized weights
-// (the twin's activations are the exact ones, rounded once), down by the reference op. An
+// The q8x MoE's CPU twin, per slot: the reference ops with x and the SwiGLU activations on
+// their Q8_0 round trip where the kernels quantize them. Where it decides a code (each
+// 32-group's largest activation, which sets the scale, and every activation within
+// kRecheck steps of a rounding boundary) the activation is summed again in double on the
+// dequantized row: the twin's codes are those of the exact activations. An
 // activation whose exact int8 code sits within kFlip of a rounding boundary may land one
 // step away on the GPU (its sums are f32 in another order): `slack` gets, per output
 // element, the sum of what those flips could move it (router weight x Q8_0 step x |down
@@ -303,81 +305,74 @@ Q8xTwin moe_q8x_twin(Backend& cpu, const MoeArgs& a) {
   // exact ones by ~4e-5 steps at 64 wide, up to ~1.3e-4 at 2880 (90 blocks), where one
   // flip is also well inside the tolerance. (1e-3 flagged ~12 activations a token there.)
   constexpr double kFlip = 2.5e-4;
-  const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2], n_slot = a.n_tok * a.k;
+  // The reference op's f32 sums are within ~6e-4 steps of the exact ones (2880 wide):
+  // activations nearer a boundary than this are summed again in double.
+  constexpr double kRecheck = 1e-2;
+  const int64_t n_embd = a.gate.ne[0], n_ff = a.gate.ne[1];
   auto expert = [](const WeightView& w, int64_t e) {
     WeightView v = w;
     v.data = static_cast<const uint8_t*>(w.data) + e * w.matrix_bytes();
     v.ne[2] = 1;
     return v;
   };
-  // An expert's matrix dequantized: [rows][ne0].
-  auto dequant = [](const WeightView& w) {
-    const int64_t n = w.ne[0], rb = row_bytes(w.type, n);
-    std::vector<float> m(w.ne[1] * n);
-    for (int64_t r = 0; r < w.ne[1]; ++r)
-      quant::dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * rb, m.data() + r * n, n);
-    return m;
+  // row r of w . x in double (the row dequantized; exact to ~1e-16)
+  std::vector<float> wrow(n_embd), blk(32);
+  auto dot = [&](const WeightView& w, int64_t r, const std::vector<float>& x) {
+    quant::dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * row_bytes(w.type, n_embd), wrow.data(),
+                          n_embd);
+    double s = 0;
+    for (int64_t c = 0; c < n_embd; ++c) s += double(wrow[c]) * x[c];
+    return s;
   };
-  // a . b in double, eight chains (n % 8 == 0; exact to ~1e-16 in any order)
-  auto dot = [](const float* a, const float* b, int64_t n) {
-    double s[8] = {};
-    for (int64_t c = 0; c < n; c += 8)
-      for (int u = 0; u < 8; ++u) s[u] += double(a[c + u]) * double(b[c + u]);
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  auto swiglu = [&](double g, double u) {
+    g = std::min(g, double(a.limit));
+    u = std::clamp(u, -double(a.limit), double(a.limit));
+    return g / (1.0 + std::exp(-double(a.alpha) * g)) * (u + 1.0);
   };
-  // Per slot (t, j): the down output and the slack, summed per token in slot order at the
-  // end; the slots are visited an expert at a time, its gate / up dequantized once.
-  std::vector<float> d_slot(n_slot * n_embd), s_slot(n_slot * n_embd, 0.0f), blk(32);
-  Q8xTwin tw;
-  for (int64_t e = 0; e < n_expert; ++e) {
-    std::vector<float> gm, um;
-    for (int64_t sl = 0; sl < n_slot; ++sl) {
-      if (a.ids[sl] != e) continue;
-      const int64_t t = sl / a.k;
-      if (gm.empty()) {
-        gm = dequant(expert(a.gate, e));
-        um = dequant(expert(a.up, e));
-      }
-      const auto xq = q8_roundtrip(std::vector<float>(a.x + t * n_embd, a.x + (t + 1) * n_embd), n_embd);
-      std::vector<double> act_d(n_ff);
-      std::vector<float> act(n_ff);
-      for (int64_t i = 0; i < n_ff; ++i) {
-        double gv = a.gate_bias[e * n_ff + i] + dot(gm.data() + i * n_embd, xq.data(), n_embd);
-        double uv = a.up_bias[e * n_ff + i] + dot(um.data() + i * n_embd, xq.data(), n_embd);
-        gv = std::min(gv, double(a.limit));
-        uv = std::clamp(uv, -double(a.limit), double(a.limit));
-        act_d[i] = gv / (1.0 + std::exp(-double(a.alpha) * gv)) * (uv + 1.0);
-        act[i] = static_cast<float>(act_d[i]);
-      }
-      const auto aq = q8_roundtrip(act, n_ff);
-      const WeightView de = expert(a.down, e);
-      cpu.matmul({.w = de, .bias = a.down_bias + e * n_embd, .x = aq.data(),
-                  .y = d_slot.data() + sl * n_embd, .n_tok = 1});
-      const float wj = a.weights[sl];
+  Q8xTwin tw{std::vector<float>(a.n_tok * n_embd, 0.0f), std::vector<float>(a.n_tok * n_embd, 0.0f)};
+  for (int64_t t = 0; t < a.n_tok; ++t) {
+    const auto xq = q8_roundtrip(std::vector<float>(a.x + t * n_embd, a.x + (t + 1) * n_embd), n_embd);
+    for (int64_t j = 0; j < a.k; ++j) {
+      const int64_t e = a.ids[t * a.k + j];
+      const float wj = a.weights[t * a.k + j];
+      const WeightView ge = expert(a.gate, e), ue = expert(a.up, e), de = expert(a.down, e);
+      std::vector<float> g(n_ff), u(n_ff), act(n_ff), d(n_embd);
+      cpu.matmul({.w = ge, .bias = a.gate_bias + e * n_ff, .x = xq.data(), .y = g.data(), .n_tok = 1});
+      cpu.matmul({.w = ue, .bias = a.up_bias + e * n_ff, .x = xq.data(), .y = u.data(), .n_tok = 1});
+      for (int64_t i = 0; i < n_ff; ++i) act[i] = static_cast<float>(swiglu(g[i], u[i]));
+      auto exact = [&](int64_t i) {
+        return swiglu(a.gate_bias[e * n_ff + i] + dot(ge, i, xq), a.up_bias[e * n_ff + i] + dot(ue, i, xq));
+      };
       for (int64_t b = 0; b < n_ff; b += 32) {
+        int64_t im = b;  // the group's largest, exact: it sets the scale
+        for (int64_t i = b; i < b + 32; ++i) im = std::fabs(act[i]) > std::fabs(act[im]) ? i : im;
+        act[im] = static_cast<float>(exact(im));
         float amax = 0.0f;
         for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(act[i]));
+        if (amax == 0.0f) continue;
         const double step = amax / 127.0;
-        for (int64_t i = b; i < b + 32 && amax > 0; ++i) {
-          const double code = std::fabs(act_d[i]) / step;
-          if (std::fabs(code - std::floor(code) - 0.5) >= kFlip) continue;
+        auto dist = [&](double v) {
+          const double code = std::fabs(v) / step;
+          return std::fabs(code - std::floor(code) - 0.5);
+        };
+        for (int64_t i = b; i < b + 32; ++i) {
+          if (dist(act[i]) >= kRecheck) continue;
+          const double ad = exact(i);
+          act[i] = static_cast<float>(ad);  // the exact activation's code
+          if (dist(ad) >= kFlip) continue;
           ++tw.near;
           const int64_t bb = row_bytes(de.type, 32), rb = row_bytes(de.type, n_ff);  // down's column i
           for (int64_t r = 0; r < n_embd; ++r) {
             quant::dequantize_row(de.type, static_cast<const uint8_t*>(de.data) + r * rb + (b / 32) * bb, blk.data(), 32);
-            s_slot[sl * n_embd + r] += float(wj * step * std::fabs(blk[i - b]));
+            tw.slack[t * n_embd + r] += float(wj * step * std::fabs(blk[i - b]));
           }
         }
       }
+      const auto aq = q8_roundtrip(act, n_ff);
+      cpu.matmul({.w = de, .bias = a.down_bias + e * n_embd, .x = aq.data(), .y = d.data(), .n_tok = 1});
+      for (int64_t i = 0; i < n_embd; ++i) tw.out[t * n_embd + i] += wj * d[i];
     }
   }
-  tw.out.assign(a.n_tok * n_embd, 0.0f);
-  tw.slack.assign(a.n_tok * n_embd, 0.0f);
-  for (int64_t sl = 0; sl < n_slot; ++sl)
-    for (int64_t r = 0; r < n_embd; ++r) {
-      tw.out[sl / a.k * n_embd + r] += a.weights[sl] * d_slot[sl * n_embd + r];
-      tw.slack[sl / a.k * n_embd + r] += s_slot[sl * n_embd + r];
-    }
   if (tw.near) std::printf("q8x twin: %d activations within %g int8 steps of a rounding boundary\n", tw.near, kFlip);
   return tw;
 }
