@@ -89,6 +89,10 @@ struct HostExperts {
         ub(rng.vec(n_expert * n_ff)),
         db(rng.vec(n_expert * n_embd)) {}
   static float amp(int64_t n_embd) { return 3.0f / std::sqrt(static_cast<float>(n_embd)); }
+  MoeArgs args(const float* x, const int32_t* ids, const float* w, float* out, int64_t n_tok, int64_t k) const {
+    return {.x = x, .ids = ids, .weights = w, .gate = g.view, .up = u.view, .down = d.view, .gate_bias = gb.data(),
+            .up_bias = ub.data(), .down_bias = db.data(), .out = out, .n_tok = n_tok, .k = k};
+  }
 };
 
 WeightView on_gpu(Backend& gpu, const WeightView& w) {
@@ -96,6 +100,24 @@ WeightView on_gpu(Backend& gpu, const WeightView& w) {
   EXPECT_TRUE(r.is_ok()) << r.status().message();
   return r.is_ok() ? r.value() : WeightView{};
 }
+
+// A HostExperts on a backend; args() points into the bias buffers, so this must outlive
+// the ops given them.
+struct DevExperts {
+  WeightView g, u, d;
+  Dev gb, ub, db;
+  DevExperts(Backend& be, const HostExperts& ex)
+      : g(on_gpu(be, ex.g.view)),
+        u(on_gpu(be, ex.u.view)),
+        d(on_gpu(be, ex.d.view)),
+        gb(Dev::from(be, ex.gb)),
+        ub(Dev::from(be, ex.ub)),
+        db(Dev::from(be, ex.db)) {}
+  MoeArgs args(const float* x, const int32_t* ids, const float* w, float* out, int64_t n_tok, int64_t k) {
+    return {.x = x, .ids = ids, .weights = w, .gate = g, .up = u, .down = d, .gate_bias = gb.as<float>(),
+            .up_bias = ub.as<float>(), .down_bias = db.as<float>(), .out = out, .n_tok = n_tok, .k = k};
+  }
+};
 
 class CudaOpsMode : public ::testing::TestWithParam<bool> {};  // param: int8 activations
 INSTANTIATE_TEST_SUITE_P(Exact, CudaOpsMode, ::testing::Values(false));
@@ -399,7 +421,6 @@ TEST_P(CudaOpsMode, MoeExperts) {
                         Case{DType::MXFP4, 96, 160, 8, 4, 1}, Case{DType::Q8_0, 64, 96, 6, 4, 1}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
     HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
-    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     std::vector<int32_t> ids(c.n_tok * c.k);
     std::vector<float> w(c.n_tok * c.k);
@@ -410,17 +431,12 @@ TEST_P(CudaOpsMode, MoeExperts) {
       for (int64_t j = 0; j < c.k; ++j) { ids[t * c.k + j] = perm[j]; w[t * c.k + j] = f.rng.uni(0, 1); }
     }
     const bool q8 = f.q8x && q8x_type(c.t);
-    const auto [want, slack, near] = reference_moe(
-        *f.cpu,
-        {.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view, .down = d.view,
-         .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(), .n_tok = c.n_tok, .k = c.k},
-        q8);
-    Dev dx = Dev::from(*f.gpu, x), di = Dev::from(*f.gpu, ids), dw = Dev::from(*f.gpu, w), dgb = Dev::from(*f.gpu, gb),
-        dub = Dev::from(*f.gpu, ub), ddb = Dev::from(*f.gpu, db), dout = Dev::poisoned<float>(*f.gpu, want.size());
-    f.gpu->moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = on_gpu(*f.gpu, g.view),
-                .up = on_gpu(*f.gpu, u.view), .down = on_gpu(*f.gpu, d.view), .gate_bias = dgb.as<float>(),
-                .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(), .out = dout.as<float>(), .n_tok = c.n_tok,
-                .k = c.k});
+    const auto [want, slack, near] =
+        reference_moe(*f.cpu, ex.args(x.data(), ids.data(), w.data(), nullptr, c.n_tok, c.k), q8);
+    DevExperts dex(*f.gpu, ex);
+    Dev dx = Dev::from(*f.gpu, x), di = Dev::from(*f.gpu, ids), dw = Dev::from(*f.gpu, w),
+        dout = Dev::poisoned<float>(*f.gpu, want.size());
+    f.gpu->moe(dex.args(dx.as<float>(), di.as<int32_t>(), dw.as<float>(), dout.as<float>(), c.n_tok, c.k));
     // q8x: the SwiGLU activations are re-quantized on both sides from f32 values that
     // differ in the last bits (another summation order): the twin's slack allows the
     // boundary cases a step, and 1e-3 the down sums' order.
@@ -461,7 +477,6 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
                         Case{64, 64, 4, 2, 2, 3, 4}}) {
     SCOPED_TRACE(::testing::Message() << c.n_embd << "/" << c.n_ff << " experts " << c.n_expert << " tok " << c.n_tok);
     HostExperts ex(f.rng, DType::MXFP4, c.n_embd, c.n_ff, c.n_expert);
-    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     std::vector<int32_t> ids(c.n_tok * c.k);
     std::vector<float> w(c.n_tok * c.k);
@@ -473,20 +488,16 @@ TEST(CudaMoeMma, MatchesTwinAndPerSlotPath) {
       if (c.hot >= 0) perm.insert(perm.begin(), c.hot);
       for (int64_t j = 0; j < c.k; ++j) { ids[t * c.k + j] = perm[j]; w[t * c.k + j] = f.rng.uni(0, 1); }
     }
-    const MoeArgs ref{.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view,
-                      .down = d.view, .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(),
-                      .out = nullptr, .n_tok = c.n_tok, .k = c.k};
-    const auto [want, slack, near] = moe_q8x_twin(*f.cpu, ref);
+    const auto [want, slack, near] =
+        moe_q8x_twin(*f.cpu, ex.args(x.data(), ids.data(), w.data(), nullptr, c.n_tok, c.k));
     std::vector<float> got[3];
     Backend* bes[3] = {f.gpu.get(), per_slot.value().get(), tiled.value().get()};
     for (int b = 0; b < 3; ++b) {
       Backend& be = *bes[b];
-      Dev dx = Dev::from(be, x), di = Dev::from(be, ids), dw = Dev::from(be, w), dgb = Dev::from(be, gb),
-          dub = Dev::from(be, ub), ddb = Dev::from(be, db), dout = Dev::poisoned<float>(be, want.size());
-      be.moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = on_gpu(be, g.view),
-              .up = on_gpu(be, u.view), .down = on_gpu(be, d.view), .gate_bias = dgb.as<float>(),
-              .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(), .out = dout.as<float>(), .n_tok = c.n_tok,
-              .k = c.k});
+      DevExperts dex(be, ex);
+      Dev dx = Dev::from(be, x), di = Dev::from(be, ids), dw = Dev::from(be, w),
+          dout = Dev::poisoned<float>(be, want.size());
+      be.moe(dex.args(dx.as<float>(), di.as<int32_t>(), dw.as<float>(), dout.as<float>(), c.n_tok, c.k));
       got[b] = dout.get<float>(want.size());
     }
     expect_close(got[0], want, 1e-3, 1e-5, "grouped mma moe vs twin", slack);
@@ -510,7 +521,6 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
                         Case{DType::MXFP4, 2880, 2880, 32, 4, 1}}) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.t) << " " << c.n_embd << "/" << c.n_ff);
     HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
-    auto& [g, u, d, gb, ub, db] = ex;
     auto x = f.rng.vec(c.n_tok * c.n_embd, -2, 2);
     auto logits = f.rng.vec(c.n_tok * c.n_expert, -4, 4);
     std::vector<int32_t> ids(c.n_tok * c.k);
@@ -518,20 +528,14 @@ TEST_P(CudaOpsMode, RouterThenMoeFused) {
     f.cpu->router({.logits = logits.data(), .ids = ids.data(), .weights = w.data(), .n_tok = c.n_tok,
                    .n_expert = c.n_expert, .k = c.k});
     const bool q8 = f.q8x && q8x_type(c.t);
-    const auto [want, slack, near] = reference_moe(
-        *f.cpu,
-        {.x = x.data(), .ids = ids.data(), .weights = w.data(), .gate = g.view, .up = u.view, .down = d.view,
-         .gate_bias = gb.data(), .up_bias = ub.data(), .down_bias = db.data(), .n_tok = c.n_tok, .k = c.k},
-        q8);
+    const auto [want, slack, near] =
+        reference_moe(*f.cpu, ex.args(x.data(), ids.data(), w.data(), nullptr, c.n_tok, c.k), q8);
     Dev dx = Dev::from(*f.gpu, x), dl = Dev::from(*f.gpu, logits), di = Dev::poisoned<int32_t>(*f.gpu, ids.size()),
-        dw = Dev::poisoned<float>(*f.gpu, w.size()), dgb = Dev::from(*f.gpu, gb), dub = Dev::from(*f.gpu, ub),
-        ddb = Dev::from(*f.gpu, db), dout = Dev::poisoned<float>(*f.gpu, want.size());
-    const WeightView gg = on_gpu(*f.gpu, g.view), gu = on_gpu(*f.gpu, u.view), gd = on_gpu(*f.gpu, d.view);
+        dw = Dev::poisoned<float>(*f.gpu, w.size()), dout = Dev::poisoned<float>(*f.gpu, want.size());
+    DevExperts dex(*f.gpu, ex);  // (before the router, so that its MoE follows it directly)
     f.gpu->router({.logits = dl.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .n_tok = c.n_tok,
                    .n_expert = c.n_expert, .k = c.k});
-    f.gpu->moe({.x = dx.as<float>(), .ids = di.as<int32_t>(), .weights = dw.as<float>(), .gate = gg, .up = gu,
-                .down = gd, .gate_bias = dgb.as<float>(), .up_bias = dub.as<float>(), .down_bias = ddb.as<float>(),
-                .out = dout.as<float>(), .n_tok = c.n_tok, .k = c.k});
+    f.gpu->moe(dex.args(dx.as<float>(), di.as<int32_t>(), dw.as<float>(), dout.as<float>(), c.n_tok, c.k));
     EXPECT_EQ(di.get<int32_t>(ids.size()), ids);
     expect_close(dw.get<float>(w.size()), w, 1e-6, 1e-7, "router weights");
     expect_close(dout.get<float>(want.size()), want, q8 ? 1e-3 : 3e-5, 1e-5, "router + moe", slack);
@@ -576,13 +580,11 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                         Case{DType::Q8_0, 64, 96, 6, 4, {1}}, Case{DType::MXFP4, 128, 192, 32, 4, {2, 17, 40}},
                         Case{DType::MXFP4, 128, 64, 128, 4, {64, 65, 33}}}) {
     HostExperts ex(f.rng, c.t, c.n_embd, c.n_ff, c.n_expert);
-    auto& [g, u, d, gb, ub, db] = ex;
     HostWeight wr(f.rng, DType::F32, c.n_embd, c.n_expert);
     auto rb = f.rng.vec(c.n_expert), norm = f.rng.vec(c.n_embd, 0.5, 1.5), next_norm = f.rng.vec(c.n_embd, 0.5, 1.5);
-    const WeightView gg = on_gpu(*f.gpu, g.view), gu = on_gpu(*f.gpu, u.view), gd = on_gpu(*f.gpu, d.view),
-                     gr = on_gpu(*f.gpu, wr.view);
-    Dev dgb = Dev::from(*f.gpu, gb), dub = Dev::from(*f.gpu, ub), ddb = Dev::from(*f.gpu, db),
-        drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), dnext = Dev::from(*f.gpu, next_norm);
+    DevExperts dex(*f.gpu, ex);
+    const WeightView gr = on_gpu(*f.gpu, wr.view);
+    Dev drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), dnext = Dev::from(*f.gpu, next_norm);
     // The projection in front (wo: n_attn -> n_embd; gpt-oss's 4096 at 2880, MXFP4 at the
     // Q8_0 experts' case), small enough that its sum order stays within the tolerances.
     const int64_t n_attn = c.n_embd == 2880 ? 4096 : c.n_embd + 32;
@@ -618,18 +620,7 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                          .router_bias = rb.data(),
                          .logits = logits.data(),
                          .n_expert = c.n_expert,
-                         .moe = {.x = xn.data(),
-                                 .ids = ids.data(),
-                                 .weights = w.data(),
-                                 .gate = g.view,
-                                 .up = u.view,
-                                 .down = d.view,
-                                 .gate_bias = gb.data(),
-                                 .up_bias = ub.data(),
-                                 .down_bias = db.data(),
-                                 .out = out.data(),
-                                 .n_tok = n_tok,
-                                 .k = c.k}};
+                         .moe = ex.args(xn.data(), ids.data(), w.data(), out.data(), n_tok, c.k)};
         f.cpu->moe_block(ref);
         Dev dy = Dev::from(*f.gpu, y), dadd = Dev::from(*f.gpu, add), dxn = Dev::poisoned<float>(*f.gpu, nx),
             dattn = Dev::from(*f.gpu, attn),
@@ -649,18 +640,8 @@ TEST_P(CudaOpsMode, MoeBlockMatchesComposition) {
                           .router_bias = drb.as<float>(),
                           .logits = dl.as<float>(),
                           .n_expert = c.n_expert,
-                          .moe = {.x = dxn.as<float>(),
-                                  .ids = di.as<int32_t>(),
-                                  .weights = dw.as<float>(),
-                                  .gate = gg,
-                                  .up = gu,
-                                  .down = gd,
-                                  .gate_bias = dgb.as<float>(),
-                                  .up_bias = dub.as<float>(),
-                                  .down_bias = ddb.as<float>(),
-                                  .out = dout.as<float>(),
-                                  .n_tok = n_tok,
-                                  .k = c.k},
+                          .moe = dex.args(dxn.as<float>(), di.as<int32_t>(), dw.as<float>(), dout.as<float>(),
+                                          n_tok, c.k),
                           .accumulate = tail == 1,
                           .next_norm = tail >= 2 ? dnext.as<float>() : nullptr,
                           .next_xn = tail == 2 ? dxn.as<float>() : dnxn.as<float>()});
@@ -757,10 +738,9 @@ TEST(CudaOps, DecodeAttentionHandsWoItsInt8Input) {
   HostExperts ex(f.rng, DType::MXFP4, n_embd, n_ff, n_expert);
   HostWeight wr(f.rng, DType::F32, n_embd, n_expert);
   const auto rb = f.rng.vec(n_expert), norm = f.rng.vec(n_embd, 0.5, 1.5);
-  const WeightView gg = on_gpu(*f.gpu, ex.g.view), gu = on_gpu(*f.gpu, ex.u.view), gd = on_gpu(*f.gpu, ex.d.view),
-                   gr = on_gpu(*f.gpu, wr.view);
-  Dev dgb = Dev::from(*f.gpu, ex.gb), dub = Dev::from(*f.gpu, ex.ub), ddb = Dev::from(*f.gpu, ex.db),
-      drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), scratch = Dev::poisoned<float>(*f.gpu, 2);
+  DevExperts dex(*f.gpu, ex);
+  const WeightView gr = on_gpu(*f.gpu, wr.view);
+  Dev drb = Dev::from(*f.gpu, rb), dnorm = Dev::from(*f.gpu, norm), scratch = Dev::poisoned<float>(*f.gpu, 2);
   struct Case {
     DType kv;
     int64_t n_head, n_head_kv, hd;
@@ -812,18 +792,7 @@ TEST(CudaOps, DecodeAttentionHandsWoItsInt8Input) {
                         .router_bias = drb.as<float>(),
                         .logits = dl.as<float>(),
                         .n_expert = n_expert,
-                        .moe = {.x = dxn.as<float>(),
-                                .ids = di.as<int32_t>(),
-                                .weights = dw.as<float>(),
-                                .gate = gg,
-                                .up = gu,
-                                .down = gd,
-                                .gate_bias = dgb.as<float>(),
-                                .up_bias = dub.as<float>(),
-                                .down_bias = ddb.as<float>(),
-                                .out = dout.as<float>(),
-                                .n_tok = 1,
-                                .k = k},
+                        .moe = dex.args(dxn.as<float>(), di.as<int32_t>(), dw.as<float>(), dout.as<float>(), 1, k),
                         .accumulate = true});
       return Run{dy.get<float>(n_embd), dattn.get<float>(n_out), di.get<int32_t>(k)};
     };
