@@ -8,6 +8,8 @@
 // Model: --model FILE, or --synth FILE to first write a full-size synthetic gpt-oss-20b
 // GGUF there (src/tools synth plan: MXFP4 experts, Q8_0 attention/embeddings/output,
 // F32 rest; random weights; no tokenizer metadata, which the model does not need).
+// --synth-layers N: that file with N layers instead of 24 (23: the last layer, the one
+// the -DBRASS_PROBE marks record, is a sliding-window one).
 // (A .cpp, not a .cu: the model headers pull in fmt, which nvcc cannot compile.)
 #include <cuda_runtime.h>
 
@@ -90,8 +92,9 @@ double copy_bandwidth() {
   return 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
-Status write_synth(const std::string& path) {
-  const tools::GptOssShape shape = tools::preset_20b();
+Status write_synth(const std::string& path, int64_t n_layer) {
+  tools::GptOssShape shape = tools::preset_20b();
+  if (n_layer > 0) shape.n_layer = n_layer;
   const tools::TypePlan types;
   gguf::Writer w;
   tools::GptOssMetaExtras extras;
@@ -438,6 +441,7 @@ std::vector<int64_t> int_list(const std::string& l) {
 
 int main(int argc, char** argv) {
   std::string path, synth;
+  int64_t synth_layers = 0;
   int64_t n_gen = 128, depth = 4096, n_ctx = 8192;
   bool graphs = true, ops = false;
   std::vector<int64_t> pp;
@@ -450,6 +454,7 @@ int main(int argc, char** argv) {
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--model") path = next();
     else if (a == "--synth") synth = next();
+    else if (a == "--synth-layers") synth_layers = std::atoll(next().c_str());
     else if (a == "--n-gen") n_gen = std::atoll(next().c_str());
     else if (a == "--depth") depth = std::atoll(next().c_str());
     else if (a == "--n-ctx") n_ctx = std::atoll(next().c_str());
@@ -462,7 +467,7 @@ int main(int argc, char** argv) {
     else if (a == "--pp-ops") pp_ops = std::atoll(next().c_str());
     else if (a == "--tc-peak") tc_peak = std::atof(next().c_str());
     else {
-      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64] [--sync-steps] [--sample]\n");
+      std::fprintf(stderr, "usage: cuda_decode_bench (--model FILE | --synth FILE [--synth-layers 24]) [--n-gen 128] [--depth 4096] [--n-ctx 8192] [--no-graphs] [--ops] [--pp 512,2048] [--pp-ops 2048] [--tc-peak TFLOPS] [--streams 1,8,32,64] [--sync-steps] [--sample]\n");
       return 2;
     }
   }
@@ -472,7 +477,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!synth.empty()) {
-    if (Status s = write_synth(synth); !s.is_ok()) {
+    if (Status s = write_synth(synth, synth_layers); !s.is_ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
       return 1;
     }

@@ -13,7 +13,8 @@
 #   NCU_KERNELS (regex) in a batched step (PIPES_ARGS: other bench arguments, e.g. "--depth 0 --n-gen 8" for one-token decode). trace: the decode chain in graphs, per kernel (CUPTI
 #   injection, bench/cuda_kernel_trace.cpp; increments from bench/cuda_nsys_timeline.py), for each
 #   env setting in TRACE_AB ("A=1;A=0"), bench arguments TRACE_ARGS (e.g. "--n-gen 0 --streams 32":
-#   one batched step per "token"); burst: cold-read time of one kernel per size
+#   one batched step per "token"), TIMELINE_ARGS for the summary (e.g. "--parity --layers": by
+#   layer parity, and a table by layer); burst: cold-read time of one kernel per size
 #   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); cublas: cuBLAS f16
 #   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each

@@ -12,6 +12,8 @@ tokens it prints, per kernel name: launches per token, mean duration, and the me
 time), and the mean "lead" start(k) - end(k - 1) (negative: k started early).
 --parity: a kernel launched more than once a token is split by its launch's parity
 within the token ([even] / [odd]: gpt-oss's sliding and full attention layers).
+--layers: then a table of the mean increment of each kernel launched once a layer, one
+row a layer (its launch index within the token).
 """
 import csv
 import re
@@ -39,6 +41,7 @@ def main():
     n_tok = int(args[args.index("--tokens") + 1]) if "--tokens" in args else 16
     marker = args[args.index("--marker") + 1] if "--marker" in args else r"argmax|head_\w+_kernel<true"
     parity = "--parity" in args
+    layers = "--layers" in args
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -55,10 +58,19 @@ def main():
     inc, dur, lead, cnt = defaultdict(float), defaultdict(float), defaultdict(float), defaultdict(int)
     order = []
     seen = defaultdict(int)  # launches of a name so far in the current token
+    by_layer = defaultdict(float)  # (short name, launch index) -> summed increment
+    seen_l = defaultdict(int)
+    order_l = []
     for i in range(first, last + 1):
         s, d, n = rows[i]
         pe = rows[i - 1][0] + rows[i - 1][1]
         k = short(n)
+        if i - 1 in end_set:
+            seen_l.clear()
+        by_layer[(k, seen_l[k])] += s + d - pe
+        if k not in order_l:
+            order_l.append(k)
+        seen_l[k] += 1
         if parity:
             if i - 1 in end_set:
                 seen.clear()
@@ -78,6 +90,12 @@ def main():
         c = cnt[k]
         print(f"{k[:44]:44s} {c / n_tok:7.1f} {dur[k] / c / 1e3:8.2f} {inc[k] / c / 1e3:8.2f} "
               f"{lead[k] / c / 1e3:8.2f} {inc[k] / n_tok / 1e3:9.1f}")
+    if layers:
+        names = [k for k in order_l if (k, 1) in by_layer]
+        n_layer = 1 + max(j for _, j in by_layer)
+        print("layer " + " ".join(f"{k[:12]:>12s}" for k in names))
+        for j in range(n_layer):
+            print(f"{j:5d} " + " ".join(f"{by_layer.get((k, j), 0) / n_tok / 1e3:12.2f}" for k in names))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ Status Graph::update(const std::function<void()>&) {
   return Status::error("graph update is not supported by this backend");
 }
 
+Status Graph::set_decode_keys(int64_t) { return Status::ok(); }
+
 Result<std::unique_ptr<Graph>> Backend::capture(const std::function<void()>&) {
   return Status::errorf("backend {}: graph capture is not supported", name());
 }

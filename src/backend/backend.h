@@ -331,6 +331,11 @@ class Graph {
   // left as it was, when the ops or shapes differ from the recording; the caller then
   // records a new graph. Default: unsupported.
   virtual Status update(const std::function<void()>& record);
+  // A single-token decode graph's next launches attend at most n_keys keys (the token's
+  // position + 1): a backend may size by it what it sized by the sequences' capacity at
+  // recording (the CUDA decode attention's key splits). Only a hint: the launches stay
+  // correct at any depth. Default: nothing to do.
+  virtual Status set_decode_keys(int64_t n_keys);
 };
 
 // Free and total bytes of a memory (0: unknown).

@@ -438,8 +438,10 @@ Status Model::run_decode_round(std::map<int32_t, GraphSlot>& cache, int32_t seq_
     record();
     return Status::ok();
   }
-  // The sequence's storage is fixed for its life: its graph replays as recorded.
-  return run_in_slot(cache[seq_id], record, /*retarget=*/false);
+  // The sequence's storage is fixed for its life: its graph replays as recorded, told how
+  // many keys this token attends (Graph::set_decode_keys: splits sized by the depth).
+  const backend::AttnSeq& s = seqs.at(0).at(0);
+  return run_in_slot(cache[seq_id], record, /*retarget=*/false, s.pos0 + s.n_tok);
 }
 
 Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs, bool pick_rows) {
@@ -456,7 +458,7 @@ Status Model::run_batch_round(int64_t n, const std::vector<std::vector<backend::
                      /*retarget=*/true);
 }
 
-Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget) {
+Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget, int64_t decode_keys) {
   if (g.scratch_gen != scratch_gen_) {  // new, or the scratch moved: start over
     g.graph.reset();
     g.eager_runs = 0;
@@ -464,7 +466,10 @@ Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, boo
     g.scratch_gen = scratch_gen_;
   }
   if (g.graph) {
-    if (!retarget) return g.graph->launch();
+    if (!retarget) {
+      if (decode_keys > 0) BRASS_TRY(g.graph->set_decode_keys(decode_keys));
+      return g.graph->launch();
+    }
     if (g.graph->update(record).is_ok()) return g.graph->launch();
     g.graph.reset();
     g.eager_only = true;  // (an update can only fail for a recording the backend cannot re-target)
@@ -475,6 +480,7 @@ Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, boo
     return Status::ok();
   }
   BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture(record));
+  if (decode_keys > 0) BRASS_TRY(g.graph->set_decode_keys(decode_keys));
   return g.graph->launch();
 }
 

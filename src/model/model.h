@@ -194,8 +194,9 @@ class Model {
   // updated for this round's sequences (see Graph::update).
   Status run_batch_round(int64_t n, const std::vector<std::vector<backend::AttnSeq>>& seqs, bool pick_rows);
   // A slot's round: eagerly the first time (and after the scratch moved), then recorded
-  // and replayed; `retarget`: each replay is first updated by re-issuing `record`.
-  Status run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget);
+  // and replayed; `retarget`: each replay is first updated by re-issuing `record`;
+  // decode_keys > 0: a single-token round attending that many keys (Graph::set_decode_keys).
+  Status run_in_slot(GraphSlot& g, const std::function<void()>& record, bool retarget, int64_t decode_keys = 0);
 
   std::unique_ptr<gguf::Reader> reader_;
   GptOssConfig cfg_;

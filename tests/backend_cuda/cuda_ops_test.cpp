@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -964,6 +965,69 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
 // each). Full and sliding (ring) layers, a chunk after history, odd lengths, group
 // sizes 8 and 4, a dominating sink, no sinks, two sequences in one call (one of them
 // short: the split kernel).
+// A recorded one-token decode attention (gpt-oss's shape, f16 cache of 8192 positions:
+// as many splits as the GPU gives such a capacity) replayed across depths: before each
+// launch set_decode_keys re-sizes its splits by the power-of-two bound on the keys (128
+// keys a split, the tensor-core kernel's tile), up to the recorded count and back down.
+// Every replay against the reference attention on the same cache bits; the last one
+// repeats the first replay's inputs and must give its bits.
+TEST(CudaOps, DecodeGraphSplitsFollowTheDepth) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  const int64_t n_head = 64, n_head_kv = 8, hd = 64, row = n_head_kv * hd, n_out = n_head * hd;
+  const int32_t cap = 8192;
+  std::vector<uint16_t> hk(cap * row), hv(cap * row);  // f16 bits, the same on both sides
+  for (auto& x : hk) x = f32_to_f16(f.rng.uni());
+  for (auto& x : hv) x = f32_to_f16(f.rng.uni());
+  const auto sinks = f.rng.vec(n_head, -1, 2);
+  Dev dk = Dev::from(*f.gpu, hk), dv = Dev::from(*f.gpu, hv), dsk = Dev::from(*f.gpu, sinks),
+      dq = Dev::poisoned<float>(*f.gpu, n_out), dpos = Dev::poisoned<int32_t>(*f.gpu, 1),
+      dout = Dev::poisoned<float>(*f.gpu, n_out);
+  const float scale = 0.125f;
+  const AttnSeq gs{.tok0 = 0, .n_tok = 1, .pos0 = 0, .k = dk.as<void>(), .v = dv.as<void>(), .capacity = cap};
+  auto record = [&] {
+    f.gpu->attention({.q = dq.as<float>(), .sinks = dsk.as<float>(), .out = dout.as<float>(), .kv_type = DType::F16,
+                      .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = 0, .scale = scale,
+                      .seqs = std::span(&gs, 1), .pos = dpos.as<int32_t>()});
+  };
+  const auto q_eager = f.rng.vec(n_out);
+  f.gpu->upload(dpos.as<int32_t>(), &gs.pos0, 4);
+  f.gpu->upload(dq.as<float>(), q_eager.data(), n_out * 4);
+  record();  // (eagerly first, as the model does: the backend's scratch settles)
+  auto g = f.gpu->capture(record);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  Graph& graph = *g.value();
+  const auto recorded = cuda_graph_decode_splits(graph);
+  ASSERT_EQ(recorded.size(), 1u) << "the decode launch's node was not recorded";
+  const int32_t full = recorded[0];
+  ASSERT_GE(full, 2) << "a capacity of 8192 keys should take several splits";
+  const auto q0 = f.rng.vec(n_out, -2, 2);
+  std::vector<float> first;
+  const std::vector<int32_t> depths = {0, 127, 128, 300, 1000, 2100, 4500, 8191, 2000, 40, 0};
+  for (size_t i = 0; i < depths.size(); ++i) {
+    const int32_t pos = depths[i];
+    SCOPED_TRACE(::testing::Message() << "position " << pos);
+    const bool again = i + 1 == depths.size();  // the first replay's inputs
+    const auto q = i == 0 || again ? q0 : f.rng.vec(n_out, -2, 2);
+    f.gpu->upload(dq.as<float>(), q.data(), n_out * 4);
+    f.gpu->upload(dpos.as<int32_t>(), &pos, 4);
+    ASSERT_TRUE(graph.set_decode_keys(pos + 1).is_ok());
+    const int64_t bound = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(pos + 1)));
+    EXPECT_EQ(cuda_graph_decode_splits(graph)[0], std::min<int64_t>(full, (bound + 127) / 128));
+    ASSERT_TRUE(graph.launch().is_ok());
+    const AttnSeq cs{.tok0 = 0, .n_tok = 1, .pos0 = pos, .k = hk.data(), .v = hv.data(), .capacity = cap};
+    std::vector<float> want(n_out);
+    f.cpu->attention({.q = q.data(), .sinks = sinks.data(), .out = want.data(), .kv_type = DType::F16,
+                      .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = 0, .scale = scale,
+                      .seqs = std::span(&cs, 1)});
+    const auto got = dout.get<float>(n_out);
+    expect_close(got, want, 2e-5, 2e-6, "decode attention replay");
+    if (i == 0) first = got;
+    if (again) EXPECT_EQ(got, first) << "the same depth and inputs gave other bits";
+  }
+}
+
 TEST(CudaOps, FlashPrefillAttention) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);

@@ -1368,6 +1368,14 @@ static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, un
   const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits));
   launch_pdl(dec_kernel<D, KV>(), grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
   BRASS_CUDA_LAUNCHED();
+  if (a.graph_nodes) {  // the capture's tail is this launch's node
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t* tail = nullptr;
+    size_t n_tail = 0;
+    if (cudaStreamGetCaptureInfo(st, &cs, nullptr, nullptr, &tail, nullptr, &n_tail) == cudaSuccess &&
+        cs == cudaStreamCaptureStatusActive && n_tail == 1)
+      a.graph_nodes->push_back({tail[0], p.n_splits, p.n_splits});
+  }
 }
 
 template <int D>
@@ -1399,6 +1407,24 @@ static bool attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
     BRASS_CUDA_LAUNCHED();
   }
   return wrote_q8;
+}
+
+bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys) {
+  cudaKernelNodeParams kp{};
+  if (cudaGraphKernelNodeGetParams(n.node, &kp) != cudaSuccess) return false;  // (as recorded)
+  AttnParams p = *static_cast<const AttnParams*>(kp.kernelParams[0]);
+  const int64_t cap = p.window > 0 ? std::min(p.capacity, p.window) : p.capacity;
+  const int64_t keys = std::clamp<int64_t>(max_keys, 1, cap);
+  const int splits = static_cast<int>(std::clamp<int64_t>((keys + p.min_keys - 1) / p.min_keys, 1, n.full_splits));
+  if (splits == n.splits) return true;
+  p.n_splits = splits;
+  void* args[3] = {&p, kp.kernelParams[1], kp.kernelParams[2]};  // (p, sinks, tickets)
+  kp.kernelParams = args;
+  kp.extra = nullptr;
+  kp.gridDim.y = static_cast<unsigned>(splits);
+  if (cudaGraphExecKernelNodeSetParams(exec, n.node, &kp) != cudaSuccess) return false;
+  n.splits = splits;
+  return true;
 }
 
 bool launch_attention(const AttentionP& a, float* scratch, cudaStream_t st) {

@@ -8,6 +8,7 @@
 // buffers (memcpy into one while the DMA drains the other); Q8_0 / MXFP4 matrices land
 // in a device staging buffer and a repack kernel writes the split layout.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +95,7 @@ struct GraphTables {
   // arguments (the single-sequence kernels): such a graph cannot be updated.
   bool updatable = true;
   cudaEvent_t uploaded = nullptr;  // the last upload from the mirrors
+  std::vector<DecodeNode> decode_nodes;  // the one-token decode attention launches
 
   GraphTables() { BRASS_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming)); }
   GraphTables(const GraphTables&) = delete;
@@ -133,21 +135,44 @@ using GraphUpdater = std::function<Status(GraphTables&, const std::function<void
 
 class CudaGraph final : public Graph {
  public:
-  CudaGraph(cudaGraphExec_t e, cudaStream_t st, std::unique_ptr<GraphTables> tables, GraphUpdater updater)
-      : exec_(e), st_(st), tables_(std::move(tables)), updater_(std::move(updater)) {}
-  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  // graph: the recording exec_ was instantiated from, kept while nodes of it may be re-set.
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t e, cudaStream_t st, std::unique_ptr<GraphTables> tables,
+            GraphUpdater updater)
+      : graph_(graph), exec_(e), st_(st), tables_(std::move(tables)), updater_(std::move(updater)) {}
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
   Status launch() override {
     const cudaError_t e = cudaGraphLaunch(exec_, st_);
     if (e != cudaSuccess) return Status::errorf("cuda: graph launch failed: {}", cudaGetErrorString(e));
     return Status::ok();
   }
   Status update(const std::function<void()>& record) override { return updater_(*tables_, record); }
+  std::vector<int32_t> decode_splits() const {
+    std::vector<int32_t> r;
+    for (const DecodeNode& n : tables_->decode_nodes) r.push_back(n.splits);
+    return r;
+  }
+  // The decode attention nodes' splits for a power-of-two bound on the keys (so they are
+  // re-set at most once per doubling of the depth, not every split's worth of keys).
+  Status set_decode_keys(int64_t n_keys) override {
+    const int64_t bound = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(n_keys, 1))));
+    if (bound == keys_bound_ || tables_->decode_nodes.empty()) return Status::ok();
+    for (DecodeNode& n : tables_->decode_nodes)
+      if (!retarget_decode_node(exec_, n, bound))
+        return Status::error("cuda: re-setting a decode attention node's splits failed");
+    keys_bound_ = bound;
+    return Status::ok();
+  }
 
  private:
+  cudaGraph_t graph_;
   cudaGraphExec_t exec_;
   cudaStream_t st_;
   std::unique_ptr<GraphTables> tables_;  // after exec_ in destruction order: the graph goes first
   GraphUpdater updater_;
+  int64_t keys_bound_ = 0;  // set_decode_keys' last bound (0: the splits as recorded)
 };
 
 // Which of batched decode's fusions a backend takes (CudaBackendOptions' fields).
@@ -392,6 +417,10 @@ class CudaBackend final : public Backend {
       p.out_q = static_cast<int8_t*>(attn_q8_.get(static_cast<size_t>(n_out + n_out / 8)));
       p.out_d = reinterpret_cast<float*>(p.out_q + n_out);
     }
+    // While capturing, the one-token decode launches' nodes (their splits follow the depth
+    // on replay: set_decode_keys; BRASS_CUDA_ATTN_DEPTH_SPLITS=0: as recorded, a knob).
+    static const bool depth_splits = knob_on("BRASS_CUDA_ATTN_DEPTH_SPLITS");
+    if (recording_ && depth_splits) p.graph_nodes = &recording_->decode_nodes;
     if (launch_attention(p, partial, st_) && p.out_q) attn_q8_for_ = {a.out, p.out_q, g_launches};
   }
   void router(const RouterArgs& a) override {
@@ -649,11 +678,13 @@ class CudaBackend final : public Backend {
     if (e != cudaSuccess) return Status::errorf("cuda: end capture: {}", cudaGetErrorString(e));
     cudaGraphExec_t exec = nullptr;
     e = cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    if (e != cudaSuccess) return Status::errorf("cuda: graph instantiate: {}", cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+      cudaGraphDestroy(g);
+      return Status::errorf("cuda: graph instantiate: {}", cudaGetErrorString(e));
+    }
     tables->upload(st_);
     GraphUpdater up = [this](GraphTables& t, const std::function<void()>& rec) { return update_tables(t, rec); };
-    return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(exec, st_, std::move(tables), std::move(up)));
+    return std::unique_ptr<Graph>(std::make_unique<CudaGraph>(g, exec, st_, std::move(tables), std::move(up)));
   }
 
   CudaUploadStats stats() const { return {upload_bytes_, upload_seconds_}; }
@@ -885,6 +916,11 @@ CudaUploadStats cuda_upload_stats(const Backend& b) {
 
 CudaFusionCounts cuda_fusion_counts(const Backend& b) {
   if (const auto* c = dynamic_cast<const CudaBackend*>(&b)) return c->fusion_counts();
+  return {};
+}
+
+std::vector<int32_t> cuda_graph_decode_splits(const Graph& g) {
+  if (const auto* c = dynamic_cast<const CudaGraph*>(&g)) return c->decode_splits();
   return {};
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -118,5 +119,9 @@ struct CudaFusionCounts {
   int64_t attn_q8_read = 0;  // wo_router calls that took the attention's int8 output
 };
 CudaFusionCounts cuda_fusion_counts(const Backend& b);
+// The key splits of each one-token decode attention launch recorded in a CUDA graph, as
+// its next launch runs them (Graph::set_decode_keys re-sizes them); empty for another
+// graph or one without such launches (tests).
+std::vector<int32_t> cuda_graph_decode_splits(const Graph& g);
 
 }  // namespace brass::backend

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "backend/sample_noise.h"
 #include "core/dtype.h"
@@ -205,6 +206,22 @@ struct KvStoreP {
   const float* k; const float* v; DType kv_type; int64_t n_head_kv, head_dim;
   std::span<const SeqP> seqs; const int32_t* pos;
 };
+// A one-token decode attention launch in a recorded graph: its kernel node and the key
+// splits the sequence's capacity gave it (launch_attention appends one for each such
+// launch while the stream captures, AttentionP::graph_nodes). A recording sized for the
+// capacity gives a short history mostly empty splits: 176 blocks at gpt-oss's full layers
+// (22 splits x 8 kv heads on an H200), 168 of them empty at depth 0, and the next kernel
+// (wo) launches only once every one of them has found room on an SM beside q/k/v's.
+// retarget_decode_node re-sizes the node for launches that attend at most max_keys keys
+// (the same rule as at launch, with max_keys for the capacity; never above the recorded
+// count); false on a CUDA error.
+struct DecodeNode {
+  cudaGraphNode_t node = nullptr;
+  int32_t full_splits = 0;  // as recorded
+  int32_t splits = 0;       // the instantiated graph's now
+};
+bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys);
+
 struct AttentionP {
   const float* q; const float* sinks; float* out; DType kv_type; int64_t n_head, n_head_kv, head_dim;
   int32_t window; float scale; std::span<const SeqP> seqs; const int32_t* pos;
@@ -213,6 +230,7 @@ struct AttentionP {
   // int8, out_d [n_head head_dim / 32] scales; the bits wo_router's quantize_x_smem gives)
   int8_t* out_q = nullptr;
   float* out_d = nullptr;
+  std::vector<DecodeNode>* graph_nodes = nullptr;  // while capturing: the decode launches' nodes
 };
 struct AttnQkvP {
   const float* x; DevW wq, wk, wv; const float* bq; const float* bk; const float* bv;
