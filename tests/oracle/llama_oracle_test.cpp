@@ -13,9 +13,14 @@
 //    before MXFP4 and Q8_0 dot products (f16 before F16 ones); brass's reference keeps
 //    them in f32. Besides that noise (1-4% of a logit row), the rounding now and then
 //    flips a router's top-4 (a jump in one row). Measured over random seeds: rms-relative
-//    0.019-0.069, median row 0.010-0.041, no argmax difference beyond 0.25 of a tie. The
-//    bounds: rms-relative <= 0.15, median row <= 0.08, at most 2 rows (router flips)
-//    whose top token differs by more than 0.25 of a tie. They cannot see a subtle
+//    0.019-0.069, median row 0.010-0.041, no argmax difference beyond 0.25 of a tie. With
+//    the fast CPU kernels (int8 activations rounded brass's way, so both sides' noise
+//    adds), 16 seeds of the Q8_0 + MXFP4 file gave 0-1 rows whose top token differs by
+//    more than 0.25 of a tie, and one more seed (16525762837132250376) 3 rows at
+//    rms-relative 0.058 (the reference kernels: 0, rms-relative 0.030). The bounds:
+//    rms-relative <= 0.15, median row <= 0.08, at most 4 of the 48 rows (router flips)
+//    whose top token differs by more than 0.25 of a tie, at most 2 greedy mismatches of
+//    the 32 generated tokens. They cannot see a subtle
 //    convention error (wrong YaRN: 0.076-0.11 here) -- the all-F32 file and the
 //    transformers fixtures do that -- but they must see a wrong reading of a quantized
 //    format: each quantized case also evaluates a copy of the file with every MXFP4
@@ -55,7 +60,8 @@ LlamaRun run_llama(const std::string& gguf, const std::vector<int32_t>& prompt, 
 constexpr Bounds kF32Bounds{1e-4, 1e-4, 2e-4, 2};
 constexpr Bounds kQuantBounds{1e9, 0.15, 0.25, 48};
 constexpr double kQuantMedianRowBound = 0.08;
-constexpr int kQuantRouterFlipRows = 2;
+constexpr int kQuantRouterFlipRows = 4;  // of kPrompt + kGenerate rows
+constexpr int kQuantGreedyFlips = 2;     // of kGenerate
 
 struct Verdict {
   Comparison cmp;
@@ -95,7 +101,7 @@ Verdict judge(const std::string& gguf, const LlamaRun& ll, size_t n_prompt, cons
                        c.near_ties, v.gen_mismatch, kGenerate);
   if (quantized) {
     v.pass = c.rms_rel <= b.rms_rel && c.median_row_rms_rel <= kQuantMedianRowBound &&
-             c.argmax_mismatch <= kQuantRouterFlipRows && v.gen_mismatch <= kQuantRouterFlipRows;
+             c.argmax_mismatch <= kQuantRouterFlipRows && v.gen_mismatch <= kQuantGreedyFlips;
   } else {
     v.pass = c.max_abs <= b.max_abs && c.rms_rel <= b.rms_rel && c.argmax_mismatch == 0 && v.gen_mismatch == 0 &&
              c.near_ties <= b.max_near_ties;

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "../test_seed.h"
+
 namespace brass::oracle {
 
 inline std::string brass_exe() { return std::string(BRASS_BINARY_DIR) + "/brass"; }
@@ -67,7 +69,9 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+// A fresh seed, or BRASS_TEST_SEED's to replay a failure (each test prints its seed).
 inline uint64_t fresh_seed() {
+  if (const auto r = brass::testing::replay_seed()) return *r;
   uint64_t s = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   return s;
 }
