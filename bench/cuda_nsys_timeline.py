@@ -59,23 +59,19 @@ def main():
     order = []
     seen = defaultdict(int)  # launches of a name so far in the current token
     by_layer = defaultdict(float)  # (short name, launch index) -> summed increment
-    seen_l = defaultdict(int)
     order_l = []
     for i in range(first, last + 1):
         s, d, n = rows[i]
         pe = rows[i - 1][0] + rows[i - 1][1]
         k = short(n)
         if i - 1 in end_set:
-            seen_l.clear()
-        by_layer[(k, seen_l[k])] += s + d - pe
+            seen.clear()
+        j = seen[k]  # the launch's index within the token (a layer, for per-layer kernels)
+        seen[k] += 1
+        by_layer[(k, j)] += s + d - pe
         if k not in order_l:
             order_l.append(k)
-        seen_l[k] += 1
         if parity:
-            if i - 1 in end_set:
-                seen.clear()
-            j = seen[k]
-            seen[k] += 1
             k += " [odd]" if j % 2 else " [even]"
         if k not in cnt:
             order.append(k)

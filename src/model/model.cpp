@@ -465,11 +465,12 @@ Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, boo
     g.eager_only = false;
     g.scratch_gen = scratch_gen_;
   }
+  auto replay = [&]() -> Status {  // (a single-token round tells the graph its depth first)
+    if (decode_keys > 0) BRASS_TRY(g.graph->set_decode_keys(decode_keys));
+    return g.graph->launch();
+  };
   if (g.graph) {
-    if (!retarget) {
-      if (decode_keys > 0) BRASS_TRY(g.graph->set_decode_keys(decode_keys));
-      return g.graph->launch();
-    }
+    if (!retarget) return replay();
     if (g.graph->update(record).is_ok()) return g.graph->launch();
     g.graph.reset();
     g.eager_only = true;  // (an update can only fail for a recording the backend cannot re-target)
@@ -480,8 +481,7 @@ Status Model::run_in_slot(GraphSlot& g, const std::function<void()>& record, boo
     return Status::ok();
   }
   BRASS_ASSIGN_OR_RETURN(g.graph, be_->capture(record));
-  if (decode_keys > 0) BRASS_TRY(g.graph->set_decode_keys(decode_keys));
-  return g.graph->launch();
+  return replay();
 }
 
 void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::vector<backend::AttnSeq>>& seqs,

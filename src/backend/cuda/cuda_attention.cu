@@ -1075,6 +1075,14 @@ static int32_t dec_min_keys() {
   static const int env_keys = env_int("BRASS_CUDA_ATTN_SPLIT_KEYS");
   return env_keys > 0 ? env_keys : dec_tile_of<D, KV>();
 }
+// The decode splits for queries that see at most max_keys keys of a sequence of this
+// capacity and window: a split per min_keys keys, 1 .. cap (launch_decode sizes a launch
+// by the capacity, retarget_decode_node a recorded one by the depth).
+static int splits_for_keys(int64_t max_keys, int32_t capacity, int32_t window, int32_t min_keys, int64_t cap) {
+  const int64_t seen = window > 0 ? std::min(capacity, window) : capacity;
+  const int64_t keys = std::max<int64_t>(1, std::min(max_keys, seen));
+  return static_cast<int>(std::clamp<int64_t>((keys + min_keys - 1) / min_keys, 1, cap));
+}
 template <int D, class KV>
 static int dec_splits_kv(const AttentionP& a, const SeqP& s) {
   static const int env_splits = env_int("BRASS_CUDA_ATTN_DEC_SPLITS");
@@ -1083,8 +1091,7 @@ static int dec_splits_kv(const AttentionP& a, const SeqP& s) {
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(dec_blocks_per_sm<D, KV>()) * sms, 4 * sms / 3);
   const int64_t wave = std::max<int64_t>(1, blocks / a.n_head_kv);
   const int64_t cap = std::min<int64_t>(kDecMaxSplits, env_splits > 0 ? env_splits : wave);
-  const int32_t max_keys = a.window > 0 ? std::min(s.capacity, a.window) : s.capacity;
-  return static_cast<int>(std::clamp<int64_t>((max_keys + min_keys - 1) / min_keys, 1, cap));
+  return splits_for_keys(s.capacity, s.capacity, a.window, min_keys, cap);
 }
 template <int D>
 static int dec_splits(const AttentionP& a, const SeqP& s) {
@@ -1374,7 +1381,7 @@ static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, un
     size_t n_tail = 0;
     if (cudaStreamGetCaptureInfo(st, &cs, nullptr, nullptr, &tail, nullptr, &n_tail) == cudaSuccess &&
         cs == cudaStreamCaptureStatusActive && n_tail == 1)
-      a.graph_nodes->push_back({tail[0], p.n_splits, p.n_splits});
+      a.graph_nodes->push_back({tail[0], p.n_splits});
   }
 }
 
@@ -1412,10 +1419,8 @@ static bool attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
 bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys) {
   cudaKernelNodeParams kp{};
   if (cudaGraphKernelNodeGetParams(n.node, &kp) != cudaSuccess) return false;  // (as recorded)
-  AttnParams p = *static_cast<const AttnParams*>(kp.kernelParams[0]);
-  const int64_t cap = p.window > 0 ? std::min(p.capacity, p.window) : p.capacity;
-  const int64_t keys = std::clamp<int64_t>(max_keys, 1, cap);
-  const int splits = static_cast<int>(std::clamp<int64_t>((keys + p.min_keys - 1) / p.min_keys, 1, n.full_splits));
+  AttnParams p = *static_cast<const AttnParams*>(kp.kernelParams[0]);  // n_splits: as recorded, the most
+  const int splits = splits_for_keys(max_keys, p.capacity, p.window, p.min_keys, p.n_splits);
   if (splits == n.splits) return true;
   p.n_splits = splits;
   void* args[3] = {&p, kp.kernelParams[1], kp.kernelParams[2]};  // (p, sinks, tickets)

@@ -207,8 +207,9 @@ struct KvStoreP {
   std::span<const SeqP> seqs; const int32_t* pos;
 };
 // A one-token decode attention launch in a recorded graph: its kernel node and the key
-// splits the sequence's capacity gave it (launch_attention appends one for each such
-// launch while the stream captures, AttentionP::graph_nodes). A recording sized for the
+// splits its next launch runs (launch_attention appends one for each such launch while
+// the stream captures, AttentionP::graph_nodes; the recorded node keeps the splits the
+// sequence's capacity gave it). A recording sized for the
 // capacity gives a short history mostly empty splits: 176 blocks at gpt-oss's full layers
 // (22 splits x 8 kv heads on an H200), 168 of them empty at depth 0, and the next kernel
 // (wo) launches only once every one of them has found room on an SM beside q/k/v's.
@@ -217,8 +218,7 @@ struct KvStoreP {
 // count); false on a CUDA error.
 struct DecodeNode {
   cudaGraphNode_t node = nullptr;
-  int32_t full_splits = 0;  // as recorded
-  int32_t splits = 0;       // the instantiated graph's now
+  int32_t splits = 0;  // the instantiated graph's now
 };
 bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys);
 
