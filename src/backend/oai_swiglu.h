@@ -4,6 +4,7 @@
 // (gate is clamped from above only; alpha 1.702 and limit 7 in gpt-oss.)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/half.h"  // BRASS_HD
@@ -14,6 +15,13 @@ BRASS_HD float oai_swiglu(float gate, float up, float alpha, float limit) {
   const float g = limit < gate ? limit : gate;                     // std::min(gate, limit)
   const float u = up < -limit ? -limit : (limit < up ? limit : up);  // std::clamp(up, -limit, limit)
   return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+}
+
+// The same in double (host only): the CPU twins' exact activations, where a float
+// rounding would decide an int8 code.
+inline double oai_swiglu_exact(double gate, double up, double alpha, double limit) {
+  const double g = std::min(gate, limit), u = std::clamp(up, -limit, limit);
+  return g / (1.0 + std::exp(-alpha * g)) * (u + 1.0);
 }
 
 }  // namespace brass::backend

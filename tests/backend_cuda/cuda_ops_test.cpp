@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/oai_swiglu.h"
 #include "backend/sampling.h"
 #include "core/half.h"
 #include "cuda_test_util.h"
@@ -347,11 +348,7 @@ Q8xTwin moe_q8x_twin(Backend& cpu, const MoeArgs& a) {
     for (int64_t c = 0; c < n_embd; ++c) s += double(wrow[c]) * x[c];
     return s;
   };
-  auto swiglu = [&](double g, double u) {
-    g = std::min(g, double(a.limit));
-    u = std::clamp(u, -double(a.limit), double(a.limit));
-    return g / (1.0 + std::exp(-double(a.alpha) * g)) * (u + 1.0);
-  };
+  auto swiglu = [&](double g, double u) { return oai_swiglu_exact(g, u, a.alpha, a.limit); };
   Q8xTwin tw{std::vector<float>(a.n_tok * n_embd, 0.0f), std::vector<float>(a.n_tok * n_embd, 0.0f)};
   for (int64_t t = 0; t < a.n_tok; ++t) {
     const auto xq = q8_roundtrip(std::vector<float>(a.x + t * n_embd, a.x + (t + 1) * n_embd), n_embd);
