@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -15,7 +15,8 @@
 #   env setting in TRACE_AB ("A=1;A=0"), bench arguments TRACE_ARGS (e.g. "--n-gen 0 --streams 32":
 #   one batched step per "token"), TIMELINE_ARGS for the summary (e.g. "--parity --layers": by
 #   layer parity, and a table by layer); burst: cold-read time of one kernel per size
-#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); cublas: cuBLAS f16
+#   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); headread: the output
+#   head's 615 MB as cold reads, 1s or random bytes, one run or quants + scale plane (bench/cuda_head_read.cu); cublas: cuBLAS f16
 #   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
@@ -231,6 +232,9 @@ for s in $STAGES; do
     burst)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_burst_read.cu -o /tmp/burst && /tmp/burst |
         tee "$OUT/burst.txt" ;;
+    headread)
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_head_read.cu -o /tmp/headread &&
+        /tmp/headread | tee "$OUT/head_read.txt" ;;
     ncu_detail)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       for k in ${NCU_KERNELS:-moe_gate_up_q8x_kernel moe_down_q8x_kernel attn_split_kernel}; do
