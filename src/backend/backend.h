@@ -302,9 +302,15 @@ struct ArgmaxArgs {
 // are taken from mm). The model sends every output head through here, so a backend may
 // compute single rows its own way (the CUDA backend: one launch for the head and the pick)
 // and still give a forward() and a greedy decode step the same logits.
+// With norm set, mm.x is the residual and the head's input is its RMSNorm, written to xn
+// (n_tok, n_in; not mm.x) on the way (the model's final norm, which a backend may fold into
+// its one-row head).
 struct OutputHeadArgs {
   MatmulArgs mm;
-  ArgmaxArgs pick;  // out == nullptr: logits only
+  ArgmaxArgs pick;                // out == nullptr: logits only
+  const float* norm = nullptr;    // (n_in) f32 or null: mm.x is the head's input as it is
+  float eps = 1e-5f;
+  float* xn = nullptr;            // (n_tok, n_in) out, with norm
 };
 
 // Token sampling (backend/sampling.h defines the draw): out[r] = the token drawn from row
@@ -398,7 +404,7 @@ class Backend {
   virtual uint64_t download_async(void* host_dst, const void* src, size_t bytes);
   virtual void await(uint64_t ticket);
   virtual void argmax(const ArgmaxArgs& a);  // default: host loop (host-memory backends)
-  virtual void output_head(const OutputHeadArgs& a);  // default: matmul, then argmax
+  virtual void output_head(const OutputHeadArgs& a);  // default: [rms_norm,] matmul, then argmax
   virtual void sample(const SampleArgs& a);  // default: backend::sample_row per row (host memory)
   // Record the ops `record` issues into a Graph (instead of running them). Default:
   // unsupported (an error status).

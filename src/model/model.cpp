@@ -539,9 +539,9 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
   if (n_out <= 0) return;
   float* ox = out_x_->as<float>();   // (n_out, n_embd)
   float* lg = logits_->as<float>();  // (n_out, n_vocab)
-  if (direct) {  // the round's rows are the output rows (n_tok == n_out)
-    be.rms_norm({.x = x, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
-  } else {
+  // The final norm: in the head's call where the round's rows are the output rows (n_tok ==
+  // n_out; a backend may fold it into its one-row head), else in place on the gathered rows.
+  if (!direct) {
     be.gather_rows({.x = x, .rows = out_rows_->as<int32_t>(), .out = ox, .n_rows = n_out, .n = c.n_embd});
     be.rms_norm({.x = ox, .weight = w_.output_norm, .out = ox, .n_rows = n_out, .n = c.n_embd, .eps = c.rms_eps});
   }
@@ -550,7 +550,11 @@ void Model::record_round(int64_t n_tok, int64_t n_out, const std::vector<std::ve
     pick = {.out = tok(), .pos = this->pos(), .history = history_->as<int32_t>()};
   else if (round_pick == RoundPick::rows)
     pick = {.out = picks_->as<int32_t>()};
-  be.output_head({.mm = {.w = w_.output, .bias = nullptr, .x = ox, .y = lg, .n_tok = n_out}, .pick = pick});
+  be.output_head({.mm = {.w = w_.output, .bias = nullptr, .x = direct ? x : ox, .y = lg, .n_tok = n_out},
+                  .pick = pick,
+                  .norm = direct ? w_.output_norm : nullptr,
+                  .eps = c.rms_eps,
+                  .xn = ox});
 }
 
 Status Model::decode_greedy(int32_t seq_id, int32_t token, int64_t n_steps, std::vector<int32_t>& out) {

@@ -1302,6 +1302,55 @@ TEST(CudaOps, OutputHeadPickMatchesTwin) {
   }
 }
 
+// The output head with the model's final norm folded in (OutputHeadArgs::norm): the
+// residual x is normed on the way (written to xn) and the logits match the q8x twin on the
+// host's RMSNorm of x; the pick follows the logits the kernel wrote. n_in <= 3,072 takes
+// the norm inside the one-row head's blocks (head_norms counts it; every block norms the
+// same bits, block 0 writes them), 4,096 first as an rms_norm launch; 64 goes through the
+// 4-lanes-a-row walk. Fresh random residuals of a scale unlike 1 and random norm weights,
+// so an unnormed or doubly normed x fails.
+TEST(CudaOps, OutputHeadNormMatchesTwin) {
+  BRASS_REQUIRE_CUDA();
+  Fix f(true);
+  SEED_TRACE(f.rng);
+  struct Case { int64_t n_in, rows; bool folded; };
+  for (const Case c : {Case{2880, 201088, true}, Case{64, 96, true}, Case{1024, 1003, true}, Case{4096, 517, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.n_in << " x " << c.rows);
+    const auto x = f.rng.vec(c.n_in, -20.f, 20.f);
+    const auto nw = f.rng.vec(c.n_in, 0.25f, 2.f);
+    const float eps = 1e-5f;
+    std::vector<float> rows(c.n_in * c.rows);
+    for (auto& v : rows) v = f.rng.uni(-1.f, 1.f);
+    std::vector<uint8_t> bytes(row_bytes(DType::Q8_0, c.n_in) * c.rows);
+    for (int64_t r = 0; r < c.rows; ++r)
+      quant::quantize_row(DType::Q8_0, rows.data() + r * c.n_in, bytes.data() + r * row_bytes(DType::Q8_0, c.n_in),
+                          c.n_in);
+    WeightView w{.type = DType::Q8_0, .data = bytes.data(), .ne = {c.n_in, c.rows, 1, 1}};
+    std::vector<float> xn(c.n_in), want(c.rows);
+    f.cpu->rms_norm({.x = x.data(), .weight = nw.data(), .out = xn.data(), .n_rows = 1, .n = c.n_in, .eps = eps});
+    const WeightView gw = on_gpu(*f.gpu, w);
+    Dev dx = Dev::from(*f.gpu, x), dnw = Dev::from(*f.gpu, nw), dxn = Dev::poisoned<float>(*f.gpu, c.n_in),
+        dy = Dev::poisoned<float>(*f.gpu, c.rows), dout = Dev::poisoned<int32_t>(*f.gpu, 1);
+    const int64_t before = cuda_fusion_counts(*f.gpu).head_norms;
+    for (int rep = 0; rep < 2; ++rep)
+      f.gpu->output_head({.mm = {.w = gw, .x = dx.as<float>(), .y = dy.as<float>(), .n_tok = 1},
+                          .pick = {.out = dout.as<int32_t>()},
+                          .norm = dnw.as<float>(),
+                          .eps = eps,
+                          .xn = dxn.as<float>()});
+    EXPECT_EQ(cuda_fusion_counts(*f.gpu).head_norms, before + (c.folded ? 2 : 0));
+    // The twin on the kernel's own normed x: a sum order unlike the host's may move a code
+    // of x's Q8_0 round trip across its rounding boundary (one code is ~1e-2 on a logit).
+    const auto gxn = dxn.get<float>(c.n_in);
+    expect_close(gxn, xn, 1e-5, 1e-6, "normed x");
+    const auto xr = q8_roundtrip(gxn, c.n_in);
+    f.cpu->matmul({.w = w, .x = xr.data(), .y = want.data(), .n_tok = 1});
+    const auto got = dy.get<float>(c.rows);
+    expect_close(got, want, 2e-5, 1e-5, "head logits");
+    EXPECT_EQ(dout.get<int32_t>(1)[0], argmax_row(got));
+  }
+}
+
 TEST(CudaOps, GraphReplaysWithNewInputs) {
   BRASS_REQUIRE_CUDA();
   Fix f(true);

@@ -650,17 +650,29 @@ class CudaBackend final : public Backend {
   }
   // One row of a Q8_0 head: cuda_head.cu (the pick in the same launch); several rows with
   // their picks: head_rows_pick; else composed.
-  void output_head(const OutputHeadArgs& a) override {
-    if (updating_ || head_rows_pick(a)) return;
+  // The final norm (a.norm) goes into the one-row head's blocks where it fits, else first
+  // as its own launch.
+  void output_head(const OutputHeadArgs& in) override {
+    if (updating_) return;
+    OutputHeadArgs a = in;
     const DevW w = dev_weight(a.mm.w);
-    if (!q8x_ || !head_supported(w, a.mm.n_tok)) {
+    const bool one = q8x_ && head_supported(w, a.mm.n_tok);
+    if (a.norm && !(one && head_norm_supported(w))) {
+      rms_norm({.x = a.mm.x, .weight = a.norm, .out = a.xn, .n_rows = a.mm.n_tok, .n = a.mm.w.ne[0], .eps = a.eps});
+      a.mm.x = a.xn;
+      a.norm = nullptr;
+    }
+    if (head_rows_pick(a)) return;
+    if (!one) {
       Backend::output_head(a);
       return;
     }
     const bool pick = a.pick.out != nullptr;
     void* parts = pick ? head_parts_.get(static_cast<size_t>(head_parts(w)) * 8) : nullptr;
     unsigned* ticket = pick ? head_ticket_.as<unsigned>(1) : nullptr;
-    launch_head({w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, a.pick.pos, a.pick.history}, parts, ticket, st_);
+    launch_head({w, a.mm.bias, a.mm.x, a.mm.y, a.pick.out, a.pick.pos, a.pick.history, a.norm, a.xn, a.eps}, parts,
+                ticket, st_);
+    if (a.norm) ++fusions_.head_norms;
   }
   void sample(const SampleArgs& a) override {
     if (!updating_) launch_sample({a.x, a.params, a.out, a.n_rows, a.n}, st_);

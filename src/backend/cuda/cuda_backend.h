@@ -109,14 +109,15 @@ CudaUploadStats cuda_upload_stats(const Backend& b);
 // form ran): dense calls that read an f16 activation copy (activation_copies), q / k / v
 // calls that did the RoPE + KV store (fuse_qkv_rope), MoE blocks grouped as lists
 // (moe_lists), head calls that picked their rows (fuse_head_pick), one-token MoE blocks
-// whose fused wo read the decode attention's int8 output (attn_q8_read). Counted as
-// issued (a graph's once).
+// whose fused wo read the decode attention's int8 output (attn_q8_read), one-row heads
+// that took the final norm (head_norms). Counted as issued (a graph's once).
 struct CudaFusionCounts {
   int64_t copies_read = 0;
   int64_t qkv_ropes = 0;
   int64_t moe_lists = 0;
   int64_t head_picks = 0;
   int64_t attn_q8_read = 0;  // wo_router calls that took the attention's int8 output
+  int64_t head_norms = 0;
 };
 CudaFusionCounts cuda_fusion_counts(const Backend& b);
 // The key splits of each one-token decode attention launch recorded in a CUDA graph, as

@@ -121,15 +121,42 @@ __device__ __forceinline__ void walk_steps(Batch<B> (&buf)[2], int64_t g, int64_
   }
 }
 
+// The final RMSNorm folded in (p.norm; head_norm_supported): float4s a thread of the row.
+constexpr int kNormVec = 3;
+
 // The start both walks share: the warp's first batch (static weights) is written before
 // the PDL wait (ptxas issues its loads after the wait all the same: cuda_common.cuh); after
-// it the block quantizes x into shared memory (xq, xd).
+// it the block quantizes x into shared memory (xq, xd). With p.norm, x is the residual:
+// every block norms it (residual_inv_rms, f4_scale: the router's and q/k/v's arithmetic)
+// and quantizes the normed row from its registers (store_xn_q8, quantize_x_smem's bits);
+// block 0 writes it to p.xn. That replaces the model's rms_norm launch before the head.
 template <class FirstLoad>
 __device__ __forceinline__ void head_begin(const HeadP& p, int n, int8_t* xq, float* xd, FirstLoad&& first_load) {
+  __shared__ float red[kWarps];
   first_load();
+  if (!p.norm) {
+    pdl_wait();
+    pdl_trigger();
+    quantize_x_smem(p.x, n, xq, xd);
+    __syncthreads();
+    return;
+  }
+  const int n4 = n / 4;
+  float4 nw[kNormVec];
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {  // static: before the wait
+    const int j = static_cast<int>(threadIdx.x) + i * kThreads;
+    nw[i] = j < n4 ? __ldg(reinterpret_cast<const float4*>(p.norm) + j) : make_float4(0, 0, 0, 0);
+  }
   pdl_wait();
   pdl_trigger();
-  quantize_x_smem(p.x, n, xq, xd);
+  float4 v[kNormVec];
+  const float inv = residual_inv_rms<kNormVec, kThreads>(reinterpret_cast<const float4*>(p.x), nullptr, n4, p.eps, v, red);
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {  // n % 32 == 0: a 32-group's 8 threads are all live or none
+    const int j = static_cast<int>(threadIdx.x) + i * kThreads;
+    store_xn_q8<false>(f4_scale(v[i], inv, nw[i]), j, j < n4, blockIdx.x == 0 ? p.xn : nullptr, xq, xd);
+  }
   __syncthreads();
 }
 
@@ -276,6 +303,16 @@ bool head_on() {
 bool head_supported(const DevW& w, int64_t n_tok) {
   return head_on() && n_tok == 1 && w.type == kQ8 && w.n_in % 64 == 0 && head_smem(w.n_in) <= 40 * 1024 &&
          w.rows < (int64_t(1) << 31);
+}
+
+// BRASS_CUDA_HEAD_NORM=0: the model's final norm as its own launch before the head. H200,
+// session 46 (one build, two rounds): tg128 916.0-920.0 -> 916.1-919.9, @ d4096 853.2-854.8
+// -> 854.3-855.8; trace: head + rms_norm 152.3 -> head 150.9 us a token. One launch fewer,
+// within the rounds' spread. (Both of a warp's first batches before the wait as well: 64
+// registers with a 40-byte spill, tg128 -0.3%; dropped.)
+bool head_norm_supported(const DevW& w) {
+  static const bool on = knob_on("BRASS_CUDA_HEAD_NORM");
+  return on && w.n_in <= 4 * kNormVec * kThreads;  // n_in % 64 == 0 (head_supported)
 }
 
 int head_parts(const DevW& w) { return head_blocks<true>((w.rows + kGroup - 1) / kGroup, w.n_in); }

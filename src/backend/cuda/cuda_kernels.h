@@ -333,8 +333,21 @@ void launch_q8_tiles(const uint8_t* q, const uint8_t* s, uint8_t* dst, int64_t n
 // ---- cuda_head.cu ----
 // One row of the output head, y = x W^T (+ bias), and with out set the greedy pick of y
 // (ArgmaxP's pos / history feedback). Q8_0, n_in % 64 == 0.
-struct HeadP { DevW w; const float* bias; const float* x; float* y; int32_t* out; int32_t* pos; int32_t* history; };
+// norm (head_norm_supported): x is the residual, normed by every block (block 0 writes xn).
+struct HeadP {
+  DevW w;
+  const float* bias;
+  const float* x;
+  float* y;
+  int32_t* out;
+  int32_t* pos;
+  int32_t* history;
+  const float* norm;  // (n_in) or null
+  float* xn;          // (n_in), with norm
+  float eps;
+};
 bool head_supported(const DevW& w, int64_t n_tok);
+bool head_norm_supported(const DevW& w);
 // parts: 8 * head_parts(w) bytes of scratch; ticket: one unsigned, zeroed once (left zeroed).
 int head_parts(const DevW& w);
 void launch_head(const HeadP& p, void* parts, unsigned* ticket, cudaStream_t st);
