@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|clusterswap|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -16,7 +16,9 @@
 #   one batched step per "token"), TIMELINE_ARGS for the summary (e.g. "--parity --layers": by
 #   layer parity, and a table by layer); burst: cold-read time of one kernel per size
 #   (bench/cuda_burst_read.cu: what a streaming kernel of that size could reach); headread: the output
-#   head's 615 MB as cold reads, 1s or random bytes, one run or quants + scale plane (bench/cuda_head_read.cu); cublas: cuBLAS f16
+#   head's 615 MB as cold reads, 1s or random bytes, one run or quants + scale plane (bench/cuda_head_read.cu);
+#   clusterswap: whether a recorded graph's kernel node can become a cluster kernel and follow the grid
+#   (bench/cuda_cluster_swap.cu); cublas: cuBLAS f16
 #   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
 #   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
@@ -235,6 +237,9 @@ for s in $STAGES; do
     headread)
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_head_read.cu -o /tmp/headread &&
         /tmp/headread | tee "$OUT/head_read.txt" ;;
+    clusterswap)
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_cluster_swap.cu -o /tmp/clswap &&
+        /tmp/clswap | tee "$OUT/cluster_swap.txt" ;;
     ncu_detail)
       [ -f /tmp/gpt-oss-20b-synth.gguf ] && SRC=(--model /tmp/gpt-oss-20b-synth.gguf) || SRC=(--synth /tmp/gpt-oss-20b-synth.gguf)
       for k in ${NCU_KERNELS:-moe_gate_up_q8x_kernel moe_down_q8x_kernel attn_split_kernel}; do
