@@ -306,9 +306,9 @@ bool head_supported(const DevW& w, int64_t n_tok) {
 }
 
 // BRASS_CUDA_HEAD_NORM=0: the model's final norm as its own launch before the head. H200,
-// session 46 (one build, two rounds): tg128 916.0-920.0 -> 916.1-919.9, @ d4096 853.2-854.8
-// -> 854.3-855.8; trace: head + rms_norm 152.3 -> head 150.9 us a token. One launch fewer,
-// within the rounds' spread. (Both of a warp's first batches before the wait as well: 64
+// session 46 (one build, three rounds, knob off -> on): tg128 914.3-917.9 -> 915.9-919.8,
+// @ d4096 851.7-852.5 -> 853.6-854.1, ahead in every round; trace: head + rms_norm 152.3 ->
+// head 150.9 us a token. (Both of a warp's first batches before the wait as well: 64
 // registers with a 40-byte spill, tg128 -0.3%; dropped.)
 bool head_norm_supported(const DevW& w) {
   static const bool on = knob_on("BRASS_CUDA_HEAD_NORM");
