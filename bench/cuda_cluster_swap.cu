@@ -88,20 +88,27 @@ void report(const char* what, int* dev, unsigned y) {
   cudaStreamSynchronize(g_st);
 }
 
-cudaError_t launch(cudaStream_t st, void (*k)(int*), unsigned y, unsigned cluster_y, int* out) {
+// A (kHeads, y) grid's launch config; with cluster_y, clusters of (1, cluster_y, 1) (the
+// attribute kept in at).
+cudaLaunchConfig_t config(unsigned y, unsigned cluster_y, cudaLaunchAttribute& at) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(kHeads, y);
   cfg.blockDim = dim3(kThreads);
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
   if (cluster_y) {
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = cluster_y;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 1;
+    at.val.clusterDim.y = cluster_y;
+    at.val.clusterDim.z = 1;
+    cfg.attrs = &at;
     cfg.numAttrs = 1;
   }
+  return cfg;
+}
+
+cudaError_t launch(cudaStream_t st, void (*k)(int*), unsigned y, unsigned cluster_y, int* out) {
+  cudaLaunchAttribute at{};
+  cudaLaunchConfig_t cfg = config(y, cluster_y, at);
+  cfg.stream = st;
   return cudaLaunchKernelEx(&cfg, k, out);
 }
 
@@ -132,6 +139,16 @@ cudaError_t set_node(cudaGraphExec_t ex, cudaGraphNode_t node, void (*k)(int*), 
   return cudaGraphExecKernelNodeSetParams(ex, node, &kp);
 }
 
+// set_node, a launch where the update passed, and its report line.
+void update_run(cudaGraphExec_t ex, cudaGraphNode_t node, cudaStream_t st, void (*k)(int*), unsigned y, int** out,
+                const char* what) {
+  const cudaError_t e = set_node(ex, node, k, y, out);
+  if (e == cudaSuccess) cudaGraphLaunch(ex, st);
+  char line[128];
+  std::snprintf(line, sizeof line, "%s, y %u: update %s", what, y, rc(e));
+  report(line, *out, y);
+}
+
 }  // namespace
 
 int main() {
@@ -147,27 +164,16 @@ int main() {
   std::printf("non-portable cluster sizes for plain_kernel: %s\n", rc(np));
   char line[128];
 
-  // 1. a plain node (y = 4) swapped to the compile-time 8-block cluster kernel, and back.
+  // 1. a plain node (y = 4) swapped to the compile-time 8- and 16-block cluster kernels, and back.
   cudaGraph_t g;
   cudaGraphExec_t ex;
   cudaGraphNode_t node;
   if (record_one(st, plain_kernel, 4, 0, out, g, ex, node)) {
     cudaGraphLaunch(ex, st);
     report("1. plain node, y 4", out, 4);
-    for (const unsigned y : {8u, 16u}) {
-      const cudaError_t e = set_node(ex, node, cl8_kernel, y, &out);
-      if (e == cudaSuccess) cudaGraphLaunch(ex, st);
-      std::snprintf(line, sizeof line, "1. swapped to cl8_kernel, y %u: update %s", y, rc(e));
-      report(line, out, y);
-    }
-    cudaError_t e = set_node(ex, node, cl16_kernel, 16, &out);
-    if (e == cudaSuccess) cudaGraphLaunch(ex, st);
-    std::snprintf(line, sizeof line, "1. swapped to cl16_kernel, y 16: update %s", rc(e));
-    report(line, out, 16);
-    e = set_node(ex, node, plain_kernel, 2, &out);
-    if (e == cudaSuccess) cudaGraphLaunch(ex, st);
-    std::snprintf(line, sizeof line, "1. back to plain_kernel, y 2: update %s", rc(e));
-    report(line, out, 2);
+    for (const unsigned y : {8u, 16u}) update_run(ex, node, st, cl8_kernel, y, &out, "1. swapped to cl8_kernel");
+    update_run(ex, node, st, cl16_kernel, 16, &out, "1. swapped to cl16_kernel");
+    update_run(ex, node, st, plain_kernel, 2, &out, "1. back to plain_kernel");
     cudaGraphExecDestroy(ex);
     cudaGraphDestroy(g);
   }
@@ -176,12 +182,7 @@ int main() {
   if (record_one(st, plain_kernel, 16, 16, out, g, ex, node)) {
     cudaGraphLaunch(ex, st);
     report("2. run-time cluster 16, y 16", out, 16);
-    for (const unsigned y : {8u, 16u}) {
-      const cudaError_t e = set_node(ex, node, plain_kernel, y, &out);
-      if (e == cudaSuccess) cudaGraphLaunch(ex, st);
-      std::snprintf(line, sizeof line, "2. re-sized to y %u: update %s", y, rc(e));
-      report(line, out, y);
-    }
+    for (const unsigned y : {8u, 16u}) update_run(ex, node, st, plain_kernel, y, &out, "2. re-sized");
     cudaGraphExecDestroy(ex);
     cudaGraphDestroy(g);
   }
@@ -190,17 +191,9 @@ int main() {
   const int smem = 100 * 1024;
   cudaFuncSetAttribute(plain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   for (const unsigned c : {8u, 16u}) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kHeads, c);
-    cfg.blockDim = dim3(kThreads);
+    cudaLaunchAttribute at{};
+    cudaLaunchConfig_t cfg = config(c, c, at);
     cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = c;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
     int n = 0;
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, plain_kernel, &cfg);
     std::printf("3. %2u-block clusters at 2 blocks an SM: %d fit at once (%s)\n", c, n, rc(e));
