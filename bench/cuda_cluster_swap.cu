@@ -222,6 +222,26 @@ int main() {
     cudaGraphExecDestroy(ex);
     cudaGraphDestroy(g);
   }
+  // 5. eager launches as the decode attention would issue them: a one-block cluster
+  // attribute, and 16-block clusters with programmatic stream serialization (PDL).
+  cudaFuncSetAttribute(plain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0);
+  for (const unsigned c : {1u, 16u}) {
+    for (const bool pdl : {false, true}) {
+      cudaLaunchAttribute at[2]{};
+      cudaLaunchConfig_t cfg = config(c, c, at[0]);
+      cfg.stream = st;
+      if (pdl) {
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 2;
+      }
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, plain_kernel, out);
+      std::snprintf(line, sizeof line, "5. eager, cluster %u%s: launch %s", c, pdl ? " + PDL" : "", rc(e));
+      report(line, out, c);
+      cudaGetLastError();
+    }
+  }
   std::printf("last error: %s\n", rc(cudaGetLastError()));
   return 0;
 }

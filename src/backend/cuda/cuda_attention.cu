@@ -1522,15 +1522,18 @@ bool retarget_decode_nodes(cudaGraph_t graph, cudaGraphExec_t exec, std::vector<
       if (cudaGraphExecKernelNodeSetParams(exec, n.node, &kp) != cudaSuccess) return false;
       continue;
     }
-    if (cudaGraphKernelNodeSetParams(n.node, &kp) != cudaSuccess) return false;
-    if (n.cluster) {
+    // A cluster node: clusters of one block first (valid with any grid), then the grid,
+    // then the grid's cluster shape (each step is checked against the other).
+    auto cluster_y = [&](unsigned y) {
       cudaLaunchAttributeValue v{};
       v.clusterDim.x = 1;
-      v.clusterDim.y = static_cast<unsigned>(want[i]);
+      v.clusterDim.y = y;
       v.clusterDim.z = 1;
-      if (cudaGraphKernelNodeSetAttribute(n.node, cudaLaunchAttributeClusterDimension, &v) != cudaSuccess)
-        return false;
-    }
+      return cudaGraphKernelNodeSetAttribute(n.node, cudaLaunchAttributeClusterDimension, &v) == cudaSuccess;
+    };
+    if (n.cluster && !cluster_y(1)) return false;
+    if (cudaGraphKernelNodeSetParams(n.node, &kp) != cudaSuccess) return false;
+    if (n.cluster && !cluster_y(static_cast<unsigned>(want[i]))) return false;
   }
   if (reshape) {
     cudaGraphExecUpdateResultInfo info{};
