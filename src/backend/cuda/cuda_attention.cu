@@ -363,27 +363,7 @@ __device__ __forceinline__ void f4_to(float* f, float4 a, float4 b) {
 // (wm, wl, wacc: kDecWarps rows; sk: the sinks, -inf for none): with one used split, out
 // directly; otherwise this split's partial, a ticket, and for the last block of the kv
 // head the merge of the used splits with the sink.
-// CL (attn_decode_tc_cl_kernel): the kv head's splits are one thread-block cluster (block
-// rank = split); each block leaves its partial in its own shared memory, and after one
-// cluster barrier split 0 merges them through distributed shared memory: no partial
-// stores, no ticket, no global round trip (dec_cluster_idle: the other side of the
-// barriers). Every block of the cluster passes both barriers (cl_barrier) exactly once.
-__device__ __forceinline__ void cl_barrier() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// An empty split of a cluster (or one that only waits for split 0's merge to read it).
-__device__ __forceinline__ void dec_cluster_idle() {
-  cl_barrier();  // the partials are in shared memory
-  cl_barrier();  // split 0 has read them
-}
-// The shared memory address `p` of the cluster's block `rank` (distributed shared memory).
-__device__ __forceinline__ const float* cl_map(const float* p, int rank) {
-  uint64_t out;
-  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
-  return reinterpret_cast<const float*>(out);
-}
-
-template <int D, bool CL = false>
+template <int D>
 __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, const float* sk,
                                            const float (*wm)[kMaxRep], const float (*wl)[kMaxRep],
                                            const float (*wacc)[kMaxRep][D], unsigned* tickets, int used, bool* last) {
@@ -436,37 +416,25 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
         quantize_group_warp<false>(o, tid % kWarp, p.out_q + g0, p.out_d + g0 / 32);
       }
     }
-    if constexpr (CL) dec_cluster_idle();
     return;
   }
-  // CL: this split's partial in its own shared memory, [head][m, l, acc[D]].
-  __shared__ __align__(8) float cpart[CL ? kMaxRep : 1][CL ? D + 2 : 1];
   // This split's partial (m, l, acc) per head, laid out as attn_split_body writes it.
   for (int i = tid; i < n_rep * (D + 2); i += kThreads) {
     const int r = i / (D + 2), e = i % (D + 2);
     const float v = e == 0 ? hm[r] : e == 1 ? hl[r] : merged(r, e - 2);
-    if constexpr (CL) cpart[r][e] = v;
-    else p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
+    p.partial[(static_cast<int64_t>(h0 + r) * p.n_splits + split) * (D + 2) + e] = v;
   }
-  if constexpr (CL) {
-    cl_barrier();  // every split's partial is in its shared memory
-    if (split != 0) {
-      cl_barrier();  // split 0 has read it
-      return;
-    }
-  } else {
-    // Ticket: the barrier orders every thread's partial writes before thread 0's release;
-    // its acquire (with the barrier after it) orders the other splits' partials before the
-    // last block's reads. (A __threadfence in each of the 256 threads cost more.)
-    __syncthreads();
-    if (tid == 0) {
-      *last = ticket_acq_rel(&tickets[g]) == static_cast<unsigned>(used - 1);
-      if (*last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
-    }
-    __syncthreads();
-    BRASS_PROBE_MARK(6, 3);
-    if (!*last) return;
+  // Ticket: the barrier orders every thread's partial writes before thread 0's release;
+  // its acquire (with the barrier after it) orders the other splits' partials before the
+  // last block's reads. (A __threadfence in each of the 256 threads cost more.)
+  __syncthreads();
+  if (tid == 0) {
+    *last = ticket_acq_rel(&tickets[g]) == static_cast<unsigned>(used - 1);
+    if (*last) tickets[g] = 0;  // every used split has taken its ticket: ready for the next launch
   }
+  __syncthreads();
+  BRASS_PROBE_MARK(6, 3);
+  if (!*last) return;
   // The last block: combine_splits' math over the used splits. Partials are read through
   // L2 (__ldcg): other SMs wrote them.
   // 1. every (head, split)'s (m, l) to shared memory, while each thread's first two chunks
@@ -484,29 +452,20 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   __shared__ float pden[kMaxRep];
   const int r = tid / (D / V), d0 = (tid % (D / V)) * V;  // this thread's head and first dim
   const bool mine = r < n_rep;
-  // Split sp's partial of head hr: in global memory, or (CL) in split sp's shared memory.
-  auto part = [&](int hr, int sp) -> const float* {
-    if constexpr (CL) return cl_map(&cpart[0][0], sp) + hr * (D + 2);
-    else return p.partial + (static_cast<int64_t>(h0 + hr) * p.n_splits + sp) * (D + 2);
-  };
-  // Partials are read through L2 (__ldcg: other SMs wrote them), or from the cluster.
-  auto ld2 = [](const float* q) {
-    if constexpr (CL) return *reinterpret_cast<const float2*>(q);
-    else return __ldcg(reinterpret_cast<const float2*>(q));
-  };
+  const float* pv = p.partial + static_cast<int64_t>(h0 + r) * p.n_splits * (D + 2) + 2 + d0;
   float va[CH][V], vb[CH][V];
   auto load_chunk = [&](float (&c)[CH][V], int s0) {
 #pragma unroll
     for (int j = 0; j < CH; ++j) {
       const int sp = s0 + j;
+      const float* q = pv + static_cast<int64_t>(sp) * (D + 2);
       if (mine && sp < used) {
-        const float* q = part(r, sp) + 2 + d0;
         if constexpr (V == 1) {
-          c[j][0] = CL ? *q : __ldcg(q);
+          c[j][0] = __ldcg(q);
         } else {
 #pragma unroll
           for (int v = 0; v < V; v += 2) {  // (D + 2) and d0 even: 8-byte aligned
-            const float2 x = ld2(q + v);
+            const float2 x = __ldcg(reinterpret_cast<const float2*>(q + v));
             c[j][v] = x.x;
             c[j][v + 1] = x.y;
           }
@@ -521,7 +480,8 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
   load_chunk(vb, CH);
   for (int i = tid; i < n_rep * used; i += kThreads) {
     const int hr = i / used, sp = i % used;
-    const float2 ml = ld2(part(hr, sp));
+    const float2 ml =
+        __ldcg(reinterpret_cast<const float2*>(p.partial + (static_cast<int64_t>(h0 + hr) * p.n_splits + sp) * (D + 2)));
     pf[hr][sp] = ml.x;
     pl[hr][sp] = ml.y;
   }
@@ -543,6 +503,7 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
     if (lane == 0) pden[warp] = den + (has_sinks ? __expf(sk[warp] - M) : 0.f);
   }
   __syncthreads();
+  if (!mine) return;
   float num[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) num[v] = 0.f;
@@ -555,16 +516,12 @@ __device__ __forceinline__ void dec_finish(const AttnParams& p, bool has_sinks, 
       for (int v = 0; v < V; ++v) num[v] += f * c[j][v];
     }
   };
-  if (mine) {
-    for (int s0 = 0; s0 < used; s0 += 2 * CH) {
-      sum_chunk(va, s0);
-      if (s0 + 2 * CH < used) load_chunk(va, s0 + 2 * CH);
-      sum_chunk(vb, s0 + CH);
-      if (s0 + 3 * CH < used) load_chunk(vb, s0 + 3 * CH);
-    }
+  for (int s0 = 0; s0 < used; s0 += 2 * CH) {
+    sum_chunk(va, s0);
+    if (s0 + 2 * CH < used) load_chunk(va, s0 + 2 * CH);
+    sum_chunk(vb, s0 + CH);
+    if (s0 + 3 * CH < used) load_chunk(vb, s0 + 3 * CH);
   }
-  if constexpr (CL) cl_barrier();  // every partial read: the other splits may leave
-  if (!mine) return;
   const float den = pden[r];
   const int64_t e0 = static_cast<int64_t>(h0 + r) * D + d0;
   float o[V];
@@ -877,7 +834,7 @@ __device__ __forceinline__ void load_words_or_zero(uint32_t (&w)[W], const __hal
 // key's row (written by the q/k/v kernel just before) and q load after the wait.
 // (Measured on the H100 against loading every key after the wait: the same tok/s at
 // depth 0 and 4096, session 20; kept as the one form, since it is no slower.)
-template <int D, bool CL = false>
+template <int D>
 __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __restrict__ sinks, unsigned* tickets) {
   constexpr int KS = D / 16;  // k steps of the scores = m tiles of the values
   constexpr int KW = D / 8;   // words of a lane's K chunk (D / 4 halves)
@@ -942,13 +899,7 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
   const int used = (n_keys + per - 1) / per;
   const int32_t k0 = lo + split * per, k1 = min(pq + 1, k0 + per);
   int64_t newest = -1;  // the newest key's storage offset, where this split's first tile holds it
-  if (k0 >= k1) {  // an empty split (short history): takes no ticket
-    if constexpr (CL) {
-      pdl_trigger();
-      dec_cluster_idle();
-    }
-    return;
-  }
+  if (k0 >= k1) return;  // an empty split (short history): takes no ticket
   if (p.early_trigger) pdl_trigger();
   if (k0 + warp * 16 < k1) {
     tile_loads(k0 + warp * 16, pq);
@@ -1076,21 +1027,13 @@ __device__ __forceinline__ void dec_tc_body(const AttnParams& p, const float* __
   }
   __syncthreads();
   BRASS_PROBE_MARK(6, 2);  // (after the warps' stores of their sums)
-  dec_finish<D, CL>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
+  dec_finish<D>(p, sinks != nullptr, sk, wm, wl, wacc, tickets, used, &last);
 }
 
 template <int D>
 __global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
     attn_decode_tc_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
   dec_tc_body<D>(p, sinks, tickets);
-}
-// One sequence's decode with each kv head's splits as one cluster (grid (n_head_kv,
-// n_splits), clusters (1, n_splits, 1), n_splits <= kDecClusterMax): the splits merge
-// through distributed shared memory (dec_finish's CL path). tickets: unused.
-template <int D>
-__global__ void __launch_bounds__(kDecWarps * kWarp, D == 64 ? 2 : 1)
-    attn_decode_tc_cl_kernel(AttnParams p, const float* __restrict__ sinks, unsigned* tickets) {
-  dec_tc_body<D, true>(p, sinks, tickets);
 }
 
 // Batched decode (one token per sequence) on the same kernel: blockIdx.z picks the
@@ -1140,31 +1083,19 @@ static int splits_for_keys(int64_t max_keys, int32_t capacity, int32_t window, i
   const int64_t keys = std::max<int64_t>(1, std::min(max_keys, seen));
   return static_cast<int>(std::clamp<int64_t>((keys + min_keys - 1) / min_keys, 1, cap));
 }
-// The cluster form (attn_decode_tc_cl_kernel; f16 caches, one sequence): at most
-// kDecClusterMax splits a kv head, the largest cluster sm_90 launches (non-portable).
-// BRASS_CUDA_ATTN_CLUSTER=0: the ticket merge at every depth.
-constexpr int kDecClusterMax = 16;
 template <int D, class KV>
-static bool dec_cluster() {
-  static const bool on = std::is_same_v<KV, __half> && knob_on("BRASS_CUDA_ATTN_CLUSTER") &&
-                         cudaFuncSetAttribute(attn_decode_tc_cl_kernel<D>,
-                                              cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-  return on;
-}
-template <int D, class KV>
-static int dec_splits_kv(const AttentionP& a, const SeqP& s, bool cluster) {
+static int dec_splits_kv(const AttentionP& a, const SeqP& s) {
   static const int env_splits = env_int("BRASS_CUDA_ATTN_DEC_SPLITS");
   const int32_t min_keys = dec_min_keys<D, KV>();
   const int64_t sms = sm_count();
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(dec_blocks_per_sm<D, KV>()) * sms, 4 * sms / 3);
   const int64_t wave = std::max<int64_t>(1, blocks / a.n_head_kv);
-  const int64_t cap = std::min<int64_t>(cluster ? kDecClusterMax : kDecMaxSplits, env_splits > 0 ? env_splits : wave);
+  const int64_t cap = std::min<int64_t>(kDecMaxSplits, env_splits > 0 ? env_splits : wave);
   return splits_for_keys(s.capacity, s.capacity, a.window, min_keys, cap);
 }
-// (for the scratch: the ticket form's count, never below the cluster form's)
 template <int D>
 static int dec_splits(const AttentionP& a, const SeqP& s) {
-  return a.kv_type == DType::F16 ? dec_splits_kv<D, __half>(a, s, false) : dec_splits_kv<D, float>(a, s, false);
+  return a.kv_type == DType::F16 ? dec_splits_kv<D, __half>(a, s) : dec_splits_kv<D, float>(a, s);
 }
 
 template <class KV>
@@ -1437,21 +1368,12 @@ static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, un
   AttnParams p = seq_attn_params(a, s, partial);
   p.out_q = a.out_q;
   p.out_d = a.out_d;
-  const bool cluster = dec_cluster<D, KV>();
-  p.n_splits = dec_splits_kv<D, KV>(a, s, cluster);
+  p.n_splits = dec_splits_kv<D, KV>(a, s);
   p.min_keys = dec_min_keys<D, KV>();
   static const bool early = knob_on("BRASS_CUDA_ATTN_EARLY");
   p.early_trigger = early ? 1 : 0;
   const dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(p.n_splits));
-  if constexpr (std::is_same_v<KV, __half>) {
-    if (cluster)
-      launch_pdl_clusters(attn_decode_tc_cl_kernel<D>, grid, dim3(kDecWarps * kWarp), dim3(1, grid.y, 1), true, 0, st,
-                          p, a.sinks, tickets);
-    else
-      launch_pdl(dec_kernel<D, KV>(), grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
-  } else {
-    launch_pdl(dec_kernel<D, KV>(), grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
-  }
+  launch_pdl(dec_kernel<D, KV>(), grid, dim3(kDecWarps * kWarp), 0, st, p, a.sinks, tickets);
   BRASS_CUDA_LAUNCHED();
   if (a.graph_nodes) {  // the capture's tail is this launch's node
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -1459,7 +1381,7 @@ static void launch_decode(const AttentionP& a, const SeqP& s, float* partial, un
     size_t n_tail = 0;
     if (cudaStreamGetCaptureInfo(st, &cs, nullptr, nullptr, &tail, nullptr, &n_tail) == cudaSuccess &&
         cs == cudaStreamCaptureStatusActive && n_tail == 1)
-      a.graph_nodes->push_back({tail[0], p.n_splits, p.n_splits, cluster});
+      a.graph_nodes->push_back({tail[0], p.n_splits});
   }
 }
 
@@ -1494,52 +1416,19 @@ static bool attention_d(const AttentionP& a, float* scratch, cudaStream_t st) {
   return wrote_q8;
 }
 
-bool retarget_decode_nodes(cudaGraph_t graph, cudaGraphExec_t exec, std::vector<DecodeNode>& nodes,
-                           int64_t max_keys) {
-  // The splits each node takes now, from its recorded parameters (the graph's node).
-  std::vector<int32_t> want(nodes.size());
-  std::vector<AttnParams> ps(nodes.size());
-  bool reshape = false;  // a cluster node's shape changes: through the graph, then an update
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    cudaKernelNodeParams kp{};
-    if (cudaGraphKernelNodeGetParams(nodes[i].node, &kp) != cudaSuccess) return false;
-    ps[i] = *static_cast<const AttnParams*>(kp.kernelParams[0]);
-    want[i] = splits_for_keys(max_keys, ps[i].capacity, ps[i].window, ps[i].min_keys, nodes[i].cap);
-    reshape = reshape || (nodes[i].cluster && want[i] != nodes[i].splits);
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    DecodeNode& n = nodes[i];
-    if (want[i] == n.splits && !reshape) continue;
-    cudaKernelNodeParams kp{};
-    if (cudaGraphKernelNodeGetParams(n.node, &kp) != cudaSuccess) return false;
-    AttnParams p = ps[i];
-    p.n_splits = want[i];
-    void* args[3] = {&p, kp.kernelParams[1], kp.kernelParams[2]};  // (p, sinks, tickets)
-    kp.kernelParams = args;
-    kp.extra = nullptr;
-    kp.gridDim.y = static_cast<unsigned>(want[i]);
-    if (!reshape) {
-      if (cudaGraphExecKernelNodeSetParams(exec, n.node, &kp) != cudaSuccess) return false;
-      continue;
-    }
-    // A cluster node: clusters of one block first (valid with any grid), then the grid,
-    // then the grid's cluster shape (each step is checked against the other).
-    auto cluster_y = [&](unsigned y) {
-      cudaLaunchAttributeValue v{};
-      v.clusterDim.x = 1;
-      v.clusterDim.y = y;
-      v.clusterDim.z = 1;
-      return cudaGraphKernelNodeSetAttribute(n.node, cudaLaunchAttributeClusterDimension, &v) == cudaSuccess;
-    };
-    if (n.cluster && !cluster_y(1)) return false;
-    if (cudaGraphKernelNodeSetParams(n.node, &kp) != cudaSuccess) return false;
-    if (n.cluster && !cluster_y(static_cast<unsigned>(want[i]))) return false;
-  }
-  if (reshape) {
-    cudaGraphExecUpdateResultInfo info{};
-    if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) return false;
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].splits = want[i];
+bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys) {
+  cudaKernelNodeParams kp{};
+  if (cudaGraphKernelNodeGetParams(n.node, &kp) != cudaSuccess) return false;  // (as recorded)
+  AttnParams p = *static_cast<const AttnParams*>(kp.kernelParams[0]);  // n_splits: as recorded, the most
+  const int splits = splits_for_keys(max_keys, p.capacity, p.window, p.min_keys, p.n_splits);
+  if (splits == n.splits) return true;
+  p.n_splits = splits;
+  void* args[3] = {&p, kp.kernelParams[1], kp.kernelParams[2]};  // (p, sinks, tickets)
+  kp.kernelParams = args;
+  kp.extra = nullptr;
+  kp.gridDim.y = static_cast<unsigned>(splits);
+  if (cudaGraphExecKernelNodeSetParams(exec, n.node, &kp) != cudaSuccess) return false;
+  n.splits = splits;
   return true;
 }
 

@@ -159,8 +159,9 @@ class CudaGraph final : public Graph {
   Status set_decode_keys(int64_t n_keys) override {
     const int64_t bound = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(n_keys, 1))));
     if (bound == keys_bound_ || tables_->decode_nodes.empty()) return Status::ok();
-    if (!retarget_decode_nodes(graph_, exec_, tables_->decode_nodes, bound))
-      return Status::error("cuda: re-setting the decode attention nodes' splits failed");
+    for (DecodeNode& n : tables_->decode_nodes)
+      if (!retarget_decode_node(exec_, n, bound))
+        return Status::error("cuda: re-setting a decode attention node's splits failed");
     keys_bound_ = bound;
     return Status::ok();
   }

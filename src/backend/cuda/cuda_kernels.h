@@ -75,11 +75,9 @@ bool pdl_enabled();
 void set_pdl(bool on);
 // launch_pdl for a grid of thread-block clusters of `cluster` blocks (sm_90; a cluster of
 // one block launches without the cluster attribute, as launch_pdl does).
-// keep_one: the cluster attribute even for a cluster of one block (a recorded node then
-// has one to change: retarget_decode_nodes).
 template <class... KArgs, class... Args>
-void launch_pdl_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, bool keep_one, size_t smem,
-                         cudaStream_t st, Args&&... args) {
+void launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem, cudaStream_t st,
+                        Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -87,7 +85,7 @@ void launch_pdl_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 c
   cfg.stream = st;
   cudaLaunchAttribute at[2];
   unsigned n = 0;
-  if (keep_one || cluster.x * cluster.y * cluster.z > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     at[n].id = cudaLaunchAttributeClusterDimension;
     at[n].val.clusterDim.x = cluster.x;
     at[n].val.clusterDim.y = cluster.y;
@@ -103,11 +101,6 @@ void launch_pdl_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 c
   cfg.numAttrs = n;
   ++g_launches;
   BRASS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-template <class... KArgs, class... Args>
-void launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem, cudaStream_t st,
-                        Args&&... args) {
-  launch_pdl_clusters(kernel, grid, block, cluster, false, smem, st, std::forward<Args>(args)...);
 }
 template <class... KArgs, class... Args>
 void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args&&... args) {
@@ -220,20 +213,14 @@ struct KvStoreP {
 // capacity gives a short history mostly empty splits: 176 blocks at gpt-oss's full layers
 // (22 splits x 8 kv heads on an H200), 168 of them empty at depth 0, and the next kernel
 // (wo) launches only once every one of them has found room on an SM beside q/k/v's.
-// retarget_decode_nodes re-sizes the nodes for launches that attend at most max_keys keys
+// retarget_decode_node re-sizes the node for launches that attend at most max_keys keys
 // (the same rule as at launch, with max_keys for the capacity; never above the recorded
-// count); false on a CUDA error. A plain node's grid changes in the executable graph; a
-// cluster node's (attn_decode_tc_cl_kernel: its cluster shape follows the splits, and an
-// executable node cannot re-shape its clusters) in the graph, with every decode node's
-// parameters, and the executable graph is then updated whole (cudaGraphExecUpdate).
+// count); false on a CUDA error.
 struct DecodeNode {
   cudaGraphNode_t node = nullptr;
-  int32_t splits = 0;     // the instantiated graph's now
-  int32_t cap = 0;        // as recorded: the most
-  bool cluster = false;   // a kv head's splits are one cluster
+  int32_t splits = 0;  // the instantiated graph's now
 };
-bool retarget_decode_nodes(cudaGraph_t graph, cudaGraphExec_t exec, std::vector<DecodeNode>& nodes,
-                           int64_t max_keys);
+bool retarget_decode_node(cudaGraphExec_t exec, DecodeNode& n, int64_t max_keys);
 
 struct AttentionP {
   const float* q; const float* sinks; float* out; DType kv_type; int64_t n_head, n_head_kv, head_dim;
