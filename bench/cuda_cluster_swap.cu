@@ -13,7 +13,9 @@
 //    it, and to a grid that is not one;
 // 3. how many 8- and 16-block clusters of 256-thread, 2-an-SM blocks fit at once;
 // 4. the template node's cluster attribute changed and the executable graph updated whole
-//    (cudaGraphExecUpdate).
+//    (cudaGraphExecUpdate);
+// 5. eager launches as the decode attention issues them: a one-block cluster attribute,
+//    16-block clusters, each with and without PDL.
 // H200 (driver 580.159.04, session 46; stage `clusterswap` of bench/cuda_device_run.sh):
 // 1. plain -> cl8_kernel: the update passed and the blocks ran in clusters of 8, with the
 //    neighbour reads right. cl8 -> cl16_kernel (y 16): the update passed, but the blocks
@@ -26,8 +28,12 @@
 // 4. The node's attribute plus cudaGraphExecUpdate worked: clusters of 8, reads right.
 //    In a first run this case used case 2's graph after that graph's refused update: it
 //    failed with a sticky "unspecified launch failure". Recorded fresh, it passed.
+// 5. (call 9) All four launches ran, with the cluster sizes asked for.
 // The way through for the attention: change the template node's cluster attribute and
 // grid, then update the executable graph whole, only when the cluster shape changes.
+// Keep the node valid at every step: bench/cuda_attn_cluster.patch first set a 16-block
+// cluster node's grid to 1 and was refused ("cluster misconfiguration"). Set one-block
+// clusters first, then the grid, then the new shape.
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_cluster_swap.cu -o /tmp/clswap
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
