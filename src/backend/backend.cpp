@@ -73,13 +73,17 @@ void Backend::moe_block_tail(const MoeBlockArgs& a) {
     add({.y = a.y, .x = m.out, .n = m.n_tok * n_embd});
 }
 
-void Backend::output_head(const OutputHeadArgs& in) {
+OutputHeadArgs Backend::head_normed_first(const OutputHeadArgs& in) {
   OutputHeadArgs a = in;
-  if (a.norm) {
-    rms_norm({.x = a.mm.x, .weight = a.norm, .out = a.xn, .n_rows = a.mm.n_tok, .n = a.mm.w.ne[0], .eps = a.eps});
-    a.mm.x = a.xn;
-    a.norm = nullptr;
-  }
+  if (!a.norm) return a;
+  rms_norm({.x = a.mm.x, .weight = a.norm, .out = a.xn, .n_rows = a.mm.n_tok, .n = a.mm.w.ne[0], .eps = a.eps});
+  a.mm.x = a.xn;
+  a.norm = nullptr;
+  return a;
+}
+
+void Backend::output_head(const OutputHeadArgs& in) {
+  const OutputHeadArgs a = head_normed_first(in);
   matmul(a.mm);
   if (!a.pick.out) return;
   ArgmaxArgs p = a.pick;

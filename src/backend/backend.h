@@ -416,6 +416,9 @@ class Backend {
   virtual void attn_qkv_rope_store(const AttnQkvArgs& a);
   // The tail of the composed moe_block (accumulate / next_norm), after moe().
   void moe_block_tail(const MoeBlockArgs& a);
+  // The head of the composed output_head: a with its norm (if any) issued as an rms_norm
+  // into a.xn, i.e. the same head on xn without a norm.
+  OutputHeadArgs head_normed_first(const OutputHeadArgs& a);
 };
 
 // The CPU reference backend (backend/cpu). n_threads <= 0: env::threads().

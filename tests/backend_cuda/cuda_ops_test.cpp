@@ -1319,16 +1319,10 @@ TEST(CudaOps, OutputHeadNormMatchesTwin) {
     const auto x = f.rng.vec(c.n_in, -20.f, 20.f);
     const auto nw = f.rng.vec(c.n_in, 0.25f, 2.f);
     const float eps = 1e-5f;
-    std::vector<float> rows(c.n_in * c.rows);
-    for (auto& v : rows) v = f.rng.uni(-1.f, 1.f);
-    std::vector<uint8_t> bytes(row_bytes(DType::Q8_0, c.n_in) * c.rows);
-    for (int64_t r = 0; r < c.rows; ++r)
-      quant::quantize_row(DType::Q8_0, rows.data() + r * c.n_in, bytes.data() + r * row_bytes(DType::Q8_0, c.n_in),
-                          c.n_in);
-    WeightView w{.type = DType::Q8_0, .data = bytes.data(), .ne = {c.n_in, c.rows, 1, 1}};
+    const HostWeight w(f.rng, DType::Q8_0, c.n_in, c.rows);
     std::vector<float> xn(c.n_in), want(c.rows);
     f.cpu->rms_norm({.x = x.data(), .weight = nw.data(), .out = xn.data(), .n_rows = 1, .n = c.n_in, .eps = eps});
-    const WeightView gw = on_gpu(*f.gpu, w);
+    const WeightView gw = on_gpu(*f.gpu, w.view);
     Dev dx = Dev::from(*f.gpu, x), dnw = Dev::from(*f.gpu, nw), dxn = Dev::poisoned<float>(*f.gpu, c.n_in),
         dy = Dev::poisoned<float>(*f.gpu, c.rows), dout = Dev::poisoned<int32_t>(*f.gpu, 1);
     const int64_t before = cuda_fusion_counts(*f.gpu).head_norms;
@@ -1344,7 +1338,7 @@ TEST(CudaOps, OutputHeadNormMatchesTwin) {
     const auto gxn = dxn.get<float>(c.n_in);
     expect_close(gxn, xn, 1e-5, 1e-6, "normed x");
     const auto xr = q8_roundtrip(gxn, c.n_in);
-    f.cpu->matmul({.w = w, .x = xr.data(), .y = want.data(), .n_tok = 1});
+    f.cpu->matmul({.w = w.view, .x = xr.data(), .y = want.data(), .n_tok = 1});
     const auto got = dy.get<float>(c.rows);
     expect_close(got, want, 2e-5, 1e-5, "head logits");
     EXPECT_EQ(dout.get<int32_t>(1)[0], argmax_row(got));

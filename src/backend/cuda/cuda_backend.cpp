@@ -654,14 +654,9 @@ class CudaBackend final : public Backend {
   // as its own launch.
   void output_head(const OutputHeadArgs& in) override {
     if (updating_) return;
-    OutputHeadArgs a = in;
-    const DevW w = dev_weight(a.mm.w);
-    const bool one = q8x_ && head_supported(w, a.mm.n_tok);
-    if (a.norm && !(one && head_norm_supported(w))) {
-      rms_norm({.x = a.mm.x, .weight = a.norm, .out = a.xn, .n_rows = a.mm.n_tok, .n = a.mm.w.ne[0], .eps = a.eps});
-      a.mm.x = a.xn;
-      a.norm = nullptr;
-    }
+    const DevW w = dev_weight(in.mm.w);
+    const bool one = q8x_ && head_supported(w, in.mm.n_tok);
+    const OutputHeadArgs a = one && head_norm_supported(w) ? in : head_normed_first(in);
     if (head_rows_pick(a)) return;
     if (!one) {
       Backend::output_head(a);
