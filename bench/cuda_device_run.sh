@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|clusterswap|cublas|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|clusterswap|cublas|tlb|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -20,8 +20,9 @@
 #   clusterswap: whether a recorded graph's kernel node can become a cluster kernel and follow the grid
 #   (bench/cuda_cluster_swap.cu); cublas: cuBLAS f16
 #   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
-#   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py) for each
-#   env setting in PROBE_AB; gupattern: the one-token MoE gate/up's reads in several shapes as
+#   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py; per-us counts of
+#   every gate/up and down block, bench/cuda_probe_timeline.py) for each env setting in PROBE_AB; tlb:
+#   a pointer chase at page strides (bench/cuda_tlb_probe.cu); gupattern: the one-token MoE gate/up's reads in several shapes as
 #   cold reads (bench/cuda_gu_pattern.cu); moepattern: the batched MoE gate/up's weight reads at
 #   64 streams, GGUF rows against tiles repacked at upload (bench/cuda_moe_pattern.cu); moearith: the
 #   lean loop's time on the tiles with parts of its arithmetic left out (bench/cuda_moe_arith.cu); densearith:
@@ -162,6 +163,7 @@ for s in $STAGES; do
           --n-gen 32 > "$OUT/probe.log" 2>&1
         echo "== probe [$e] $(grep -m1 -E '^tg128' "$OUT/probe.log")"
         python3 bench/cuda_probe_marks.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
+        python3 bench/cuda_probe_timeline.py "$OUT/marks.csv" | tee -a "$OUT/probe.txt"
       done ;;
     wideprobe)
       # Marks inside matmul_h16_wide_kernel's last split call
@@ -212,6 +214,10 @@ for s in $STAGES; do
       # SASS_AFTER="<name substrings>": those kernels' loads / branches right after the wait.
       [ -n "${SASS_AFTER:-}" ] && cuobjdump -sass $B/bench/cuda_decode_bench 2>/dev/null |
         python3 bench/cuda_sass_after_wait.py $SASS_AFTER | tee "$OUT/sass_after_wait.txt" ;;
+    tlb)
+      # Pointer chase at page strides: the TLB's reach and miss cost (bench/cuda_tlb_probe.cu).
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_tlb_probe.cu -o /tmp/tlbp && /tmp/tlbp |
+        tee "$OUT/tlb.txt" ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;

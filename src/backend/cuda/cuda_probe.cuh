@@ -13,7 +13,8 @@ namespace brass::backend::cuda {
 // Kernel ids: 0 norm_router, 1 gate/up, 2 down, 3 q/k/v, 4 wo (cuda_q8_pre.cu); 5 the wide
 // mat-mul's own marks (cuda_matmul_mma.cu); 6 the one-token attention (cuda_attention.cu);
 // 7 the batched norm_router_rows (cuda_norm_router.cu).
-constexpr int kProbeKernels = 8, kProbeBlocks = 1024, kProbeMarks = 6;
+// kProbeBlocks: all of gpt-oss-20b's 2,880 one-token gate/up blocks (bench/cuda_probe_timeline.py)
+constexpr int kProbeKernels = 8, kProbeBlocks = 3072, kProbeMarks = 6;
 // One array per translation unit (static): each unit dumps its own kernels' marks.
 static __device__ unsigned long long g_probe[kProbeKernels][kProbeBlocks][kProbeMarks];
 __device__ __forceinline__ unsigned long long probe_now() {
