@@ -2,10 +2,11 @@
 // pointers through N nodes a page stride apart (2 MB, 64 KB, 4 KB) in a 16 GB
 // allocation, after a warm-up pass, and prints the average cycles a dependent L2-hit
 // load. A TLB that cannot hold N pages would show as a step in the cycles against N.
-// H200 (session 49): ~280-300 cycles at every N up to 8,192 pages and every stride (16 GB
-// of 2 MB pages), i.e. no step: the ~1,600 pages a decode token of the 20b touches are
-// not a translation cost (warming the experts' pages before gate/up, a prefetch a page,
-// changed nothing either). Stage `tlb` of bench/cuda_device_run.sh.
+// H200 (session 49): 282 cycles at 4 pages, 288-300 at every N from 8 to 8,192 and every
+// stride (up to 16 GB of 2 MB pages): no step beyond ~17 cycles, so the ~1,600 pages a
+// decode token of the 20b touches are not a translation cost (warming the experts' pages
+// before gate/up, a prefetch a page, changed nothing either). Stage `tlb` of
+// bench/cuda_device_run.sh.
 #include <cstdint>
 #include <cstdio>
 #include <vector>
