@@ -22,25 +22,31 @@ MARKS = {
 }
 
 
-def main():
-    rows = list(csv.DictReader(open(sys.argv[1])))
+def load(path):
+    """The marks as {(kernel, mark): [ns, one a block]} and t0, the first q/k/v wait."""
     t = {}
-    for r in rows:
+    for r in csv.DictReader(open(path)):
         t.setdefault((int(r["kernel"]), int(r["mark"])), []).append(int(r["ns"]))
     if (3, 1) not in t:
         sys.exit("no q/k/v marks")
-    t0 = min(t[(3, 1)])
+    return t, min(t[(3, 1)])
+
+
+def this_launch_us(t, t0, k, m):
+    """Mark m of kernel k in us after t0, for the blocks of the last launch only (marks
+    only the last block writes keep older launches' values elsewhere)."""
+    return [(v - t0) / 1e3 for v in t.get((k, m), []) if v - t0 > -50e3]
+
+
+def main():
+    t, t0 = load(sys.argv[1])
     vals = sorted({v for vs in t.values() for v in vs})
     steps = [b - a for a, b in zip(vals, vals[1:]) if b > a]
     print(f"timer: {len(vals)} distinct values, smallest step {min(steps) if steps else 0} ns")
     print(f"{'kernel':<16} {'mark':<20} {'blocks':>6} {'first':>8} {'median':>8} {'last':>8}")
     for k in [3, 6, 4, 0, 1, 2]:
         for m, name in enumerate(MARKS[k]):
-            vs = t.get((k, m))
-            if not vs:
-                continue
-            # marks only the last block writes keep older launches' values elsewhere
-            us = [(v - t0) / 1e3 for v in vs if v - t0 > -50e3]
+            us = this_launch_us(t, t0, k, m)
             if not us:
                 continue
             print(f"{KERNELS[k]:<16} {name:<20} {len(us):>6} {min(us):8.2f} {statistics.median(us):8.2f} {max(us):8.2f}")

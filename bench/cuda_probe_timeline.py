@@ -13,29 +13,21 @@ rows together, get them in one burst and leave together; the next wave's blocks 
 and ~2 us pass in which few row pairs complete. Usage: cuda_probe_timeline.py marks.csv
 """
 import collections
-import csv
+import math
 import sys
+
+from cuda_probe_marks import load, this_launch_us
 
 
 def main():
-    marks = collections.defaultdict(dict)  # (kernel, block) -> {mark: ns}
-    for r in csv.DictReader(open(sys.argv[1])):
-        marks[(int(r["kernel"]), int(r["block"]))][int(r["mark"])] = int(r["ns"])
-    waits = [v[1] for (k, _), v in marks.items() if k == 3 and 1 in v]
-    if not waits:
-        sys.exit("no q/k/v marks")
-    t0 = min(waits)
-
-    def us(kernel, mark):  # this launch's marks only (older launches' are > 50 us before t0)
-        return [(v[mark] - t0) / 1e3 for (k, _), v in marks.items() if k == kernel and mark in v and v[mark] - t0 > -50e3]
-
+    t, t0 = load(sys.argv[1])
     cols = [("gu start", 1, 0), ("gu ids", 1, 2), ("gu summed", 1, 3), ("gu ticket", 1, 4), ("dn start", 2, 0),
             ("dn stored", 2, 3)]
-    series = {name: us(k, m) for name, k, m in cols}
+    series = {name: this_launch_us(t, t0, k, m) for name, k, m in cols}
     if not series["gu summed"] or not series["dn stored"]:
         sys.exit("no gate/up or down marks")
     print(f"gate/up blocks marked: {len(series['gu summed'])}, down: {len(series['dn stored'])}")
-    hist = {name: collections.Counter(int(x // 1) for x in v) for name, v in series.items()}
+    hist = {name: collections.Counter(math.floor(x) for x in v) for name, v in series.items()}
     lo, hi = int(min(series["gu ids"])) - 1, int(max(series["dn stored"])) + 1
     print(f"{'us':>4} " + " ".join(f"{name:>9}" for name, _, _ in cols) + f" {'GB/s':>6}")
     for b in range(lo, hi + 1):
