@@ -4,7 +4,7 @@
 # pass over a short subset, and the decode benchmark on a synthetic 20b written there.
 # Logs go to $OUT (or /tmp/out). The build deps missing on the device image (fmt, GTest,
 # CLI11, nlohmann-json) can travel as Debian .debs in .deps/ (unpacked under /tmp/deps).
-# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|clusterswap|cublas|tlb|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
+# Usage: bench/cuda_device_run.sh [build|test|memcheck|bench|prefill|streams|sweep|cli|ncu|ncu_streams|pipes|trace|probe|wideprobe|burst|headread|clusterswap|cublas|tlb|queue|gupattern|moepattern|moearith|densepattern|densearith|ab|sass]...
 #   (sass: SASS_KERNELS filters the loads-before/after-the-wait counts; SASS_AFTER="name ..." lists
 #   those kernels' loads and branches right after the wait, bench/cuda_sass_after_wait.py)
 #   (default: build test memcheck bench; test runs TEST_FILTER, a gtest filter). sweep: SWEEP="A=1 B=2;C=3 --sync-steps" runs --streams $STREAMS
@@ -22,7 +22,8 @@
 #   GEMMs of the batched-decode dense shapes on cold weights (bench/cuda_cublas_probe.cu); probe: a
 #   -DBRASS_PROBE build's in-kernel marks (cuda_probe.cuh, bench/cuda_probe_marks.py; per-us counts of
 #   every gate/up and down block, bench/cuda_probe_timeline.py) for each env setting in PROBE_AB; tlb:
-#   a pointer chase at page strides (bench/cuda_tlb_probe.cu); gupattern: the one-token MoE gate/up's reads in several shapes as
+#   a pointer chase at page strides (bench/cuda_tlb_probe.cu); queue: L2-hit latency behind an SM's
+#   own DRAM reads, by their path (bench/cuda_queue_probe.cu); gupattern: the one-token MoE gate/up's reads in several shapes as
 #   cold reads (bench/cuda_gu_pattern.cu); moepattern: the batched MoE gate/up's weight reads at
 #   64 streams, GGUF rows against tiles repacked at upload (bench/cuda_moe_pattern.cu); moearith: the
 #   lean loop's time on the tiles with parts of its arithmetic left out (bench/cuda_moe_arith.cu); densearith:
@@ -218,6 +219,11 @@ for s in $STAGES; do
       # Pointer chase at page strides: the TLB's reach and miss cost (bench/cuda_tlb_probe.cu).
       nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_tlb_probe.cu -o /tmp/tlbp && /tmp/tlbp |
         tee "$OUT/tlb.txt" ;;
+    queue)
+      # Whether an L2 hit waits behind its SM's outstanding DRAM reads, by the reads' path
+      # (LDG, cp.async, cp.async.bulk, bulk L2 prefetch; bench/cuda_queue_probe.cu).
+      nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/cuda_queue_probe.cu -o /tmp/qp && /tmp/qp |
+        tee "$OUT/queue.txt" ;;
     gupattern)
       nvcc -O3 -std=c++20 -Isrc -gencode=arch=compute_90a,code=sm_90a bench/cuda_gu_pattern.cu -o /tmp/gup && /tmp/gup |
         tee "$OUT/gu_pattern.txt" ;;

@@ -8,8 +8,8 @@
 //   y = dot + bias, then norm_router's residual add), written back to y; the block's
 //   partials (per expert e: the sum over its rows of s * norm[r] * router[e][r]; and the
 //   sum of s^2) are added in fixed point to 64-bit accumulators (integer adds: the same
-//   bits in any order, so every run gives the same logits; 8 copies, block b adding to
-//   copy b % 8: 360 atomics on one address took ~1.3 us), and the block draws a ticket;
+//   bits in any order, so every run gives the same logits; 16 copies, block b adding to
+//   copy b % 16: 360 atomics on one address took ~1.3 us), and the block draws a ticket;
 // - the last block reads the accumulators, so that inv = 1 / sqrt(mean(s^2) + eps) and
 //   logit_e = inv * sum_r s norm[r] router[e][r] + bias_e (= xn . router_e, xn = s * inv *
 //   norm), picks the top k, writes xn and its int8 copy for gate/up, and zeroes the
@@ -38,7 +38,12 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kCols = kWarp + 1;  // a block's partials: 32 experts' sums, then the sum of squares
 constexpr int kXnThreads = kThreads - kWarp, kXnVec = 4;  // the last block's warps 1..7: n_embd <= 3584
 constexpr float kLogitFix = 4294967296.0f, kSquareFix = 65536.0f;  // 2^32, 2^16
-constexpr int kAccGroups = 8;    // copies of the sums: block b adds to copy b % 8 (fewer atomics an address)
+// Copies of the sums: block b adds to copy b % 16, fewer atomics a line to drain before the
+// last block's ticket and reads. H200, tg128 (session 50, three rounds, with the router
+// bias loaded early): 8 copies 916.8-919.3, 16 920.0-922.8; 4 lost (914.6-918.1), and 32 /
+// 64 summed by the last block through shared-memory atomics lost 3% / 6% (its chain is the
+// layer's: every cycle of it counts).
+constexpr int kAccGroups = 16;
 
 // The kernel's parameters: only what it reads (a launch with MoeBlockP's 456 bytes started
 // its blocks ~1.2 us later after the trigger than wo's mat-vec, H200 probe).
@@ -73,6 +78,9 @@ __global__ void __launch_bounds__(kThreads, 3) wo_router_kernel(WoRouterK p, int
   const bool live = r < n_embd;
   RowFrag<C> f;
   float yr = 0.f, nr = 0.f, br = 0.f;
+  // the router bias for the last block's warp 0, loaded here rather than after its barrier
+  // (one L2 round trip fewer on the layer's chain: +0.2% tg128, session 50)
+  const float rb = tid < ne && p.router_bias ? __ldg(p.router_bias + tid) : 0.f;
   // static (y: written three kernels back, complete before this one launched); the
   // router's slice as 32-byte runs (one a thread pair), not a column a warp
   if (tid < 2 * ne)
@@ -146,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 3) wo_router_kernel(WoRouterK p, int
   const float inv = 1.0f / sqrtf(lg[kWarp] / static_cast<float>(n_embd) + p.eps);
   if (warp == 0) {  // the logits are lanes < ne of warp 0 (lg[kWarp] stays)
     if (lane < ne) {
-      const float l = lg[lane] * inv + (p.router_bias ? __ldg(p.router_bias + lane) : 0.f);
+      const float l = __fadd_rn(__fmul_rn(lg[lane], inv), rb);  // unfused, as before (the same bits)
       lg[lane] = l;
       if (p.logits) p.logits[lane] = l;
     }
