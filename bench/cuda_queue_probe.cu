@@ -11,9 +11,15 @@
 // 4 bulk L2 prefetches (cp.async.bulk.prefetch.L2, no data to the SM).
 // `who` 1: only even blocks read rows, so the odd blocks show whether the wait is the
 // SM's own queue (odd blocks fast) or the memory system's (odd blocks slow as well).
-// Prints medians over blocks and launches: the first hit's cycles, the mean of 16, and
-// when the block's rows were all in (cycles after the chase began). Stage `queue` of
+// CH 1: the hits themselves are 16-byte bulk copies (does the copy engine pass the queue?).
+// Prints medians over blocks and launches: the first hit's cycles, the mean of the rest,
+// and when the block's rows were all in (cycles after the chase began). Stage `queue` of
 // bench/cuda_device_run.sh.
+// H200 (session 50): unloaded 292 cycles; behind 128 KB of a block's rows the first hit
+// took 4,220-4,619 (cp.async) / 3,195-3,480 (bulk copies) / 4,515 (a bulk-copy hit) while
+// the rows were all in at ~6,400-7,000: past ~40-55 KB in flight an SM's loads wait in
+// order, on every path. With only even blocks reading, the odd ones' hits took 311-353.
+// Behind 128 KB of bulk L2 prefetches: 537. BENCHMARKS.md, session 50.
 #include <cuda_runtime.h>
 
 #include <algorithm>
