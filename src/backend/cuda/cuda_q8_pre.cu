@@ -315,7 +315,12 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // registers), so the kernel fits 3 blocks an SM and all 360 blocks of gpt-oss load before
 // the wait (in registers, 124 of them: 2 blocks an SM, 96 blocks after the wait).
 // EF: the rows' loads evict first (BRASS_CUDA_MOE_EVICT_FIRST).
-template <int TYPE, int C, bool STAGE, bool LUT = false, bool EF = false>
+// PACED (STAGE): a warp asks for its next row only once the last is in, so an SM has ~35
+// KB of down's rows in flight instead of ~140 KB. Its loads wait in order (ARCHITECTURE.md:
+// an SM serves its loads in order), and gate/up's last blocks share these SMs: their
+// tickets, group sums and quantization then queue behind a row a warp, not four. The
+// rows still arrive before down's wait: they have gate/up's last wave to come in.
+template <int TYPE, int C, bool STAGE, bool LUT = false, bool EF = false, bool PACED = false>
 __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
     moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_qd,
                         const int32_t* __restrict__ ids,
@@ -342,6 +347,9 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
         for (int c = lane; c < n / 32; c += kWarp) {
           if constexpr (EF) cp_async16_hint(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16, pol);
           else cp_async16(ws + j * (n / 2) + c * 16, down.q + row * (n / 2) + c * 16);
+        }
+        if constexpr (PACED) {
+          if (j + 1 < K) cp_async_wait_all();
         }
         frag_load_mx_scales<C, EF>(f[j], down, row, lane);
       } else {
@@ -629,12 +637,19 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   float* out = a.accumulate ? a.y : m.out;
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
-    auto down = lut && ef ? moe_down_pre_kernel<TYPE, C, kS, kS, kS>
-                : lut     ? moe_down_pre_kernel<TYPE, C, kS, kS>
-                          : moe_down_pre_kernel<TYPE, C, kS>;
+    // A row of a warp in flight at a time (the gpt-oss path's kernel; BRASS_CUDA_PACE_DOWN=0:
+    // all four at once, measurement knob). H200, one build, ab (session 51): tg128
+    // 920.6-923.5 -> 933.6-937.7 tok/s, @ d4096 861.2 -> 866.7. Two rows a warp, or a window
+    // of 512-byte pieces, gained less; one piece at a time lost 4% (the rows came in late).
+    static const bool paced = env_count("BRASS_CUDA_PACE_DOWN", 1) > 0;
+    auto down = lut && ef && paced ? moe_down_pre_kernel<TYPE, C, kS, kS, kS, kS>
+                : lut && ef        ? moe_down_pre_kernel<TYPE, C, kS, kS, kS>
+                : lut              ? moe_down_pre_kernel<TYPE, C, kS, kS>
+                                   : moe_down_pre_kernel<TYPE, C, kS>;
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS>>();
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS>>();
     allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS, kS>>();
+    allow_staged_smem<moe_down_pre_kernel<TYPE, C, kS, kS, kS, kS>>();
     launch_pdl(down, gd, dim3(kThreads), down_smem(n_ff, true), st, m.down, m.down_bias,
                aq, m.ids, m.weights, out, a.accumulate);
   } else {
