@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
 // KB of down's rows in flight instead of ~140 KB. Its loads wait in order (ARCHITECTURE.md:
 // an SM serves its loads in order), and gate/up's last blocks share these SMs: their
 // tickets, group sums and quantization then queue behind a row a warp, not four. The
-// rows still arrive before down's wait: they have gate/up's last wave to come in.
+// first three rows are in by down's wait; the last is waited for just before its dot.
 template <int TYPE, int C, bool STAGE, bool LUT = false, bool EF = false, bool PACED = false>
 __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
     moe_down_pre_kernel(DevW down, const float* __restrict__ db, const int8_t* __restrict__ act_qd,
@@ -366,7 +366,9 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   // copy with all of a thread's loads in flight (two plain loops: ~5 round trips)
   copy_to_smem<4>(reinterpret_cast<int4*>(smem), reinterpret_cast<const int4*>(act_qd),
                   static_cast<int>(down_act_smem(n) / 16));
-  if constexpr (STAGE) cp_async_wait_all();
+  // PACED: the last row's copies are waited for just before its dot (a lane reads only the
+  // chunks it copied: no barrier), so the first rows' dots overlap its arrival
+  if constexpr (STAGE && !PACED) cp_async_wait_all();
   __shared__ uint32_t slut[LUT ? 2 * kWarp : 1];  // LUT: as in gate_up_xq_kernel
   if constexpr (LUT) mx_lut_store(slut, threadIdx.x);
   __syncthreads();
@@ -376,6 +378,9 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   float part[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
+    if constexpr (PACED) {
+      if (j == K - 1) cp_async_wait_all();
+    }
     if constexpr (STAGE)
       part[j] = staged_dot_mx<C>(ws + j * (n / 2), f[j], sq + j * n, sd + j * (n / 32), nc, lane,
                                  LUT ? mx_lut_load(slut, lane) : MxLut{});
@@ -638,9 +643,10 @@ void block_c(const MoeBlockP& a, const BlockScratch& s, unsigned* counters, cuda
   if (TYPE == kMX && down_smem(n_ff, true) <= kStageMaxSmem && down_stage_on()) {
     constexpr bool kS = TYPE == kMX;
     // A row of a warp in flight at a time (the gpt-oss path's kernel; BRASS_CUDA_PACE_DOWN=0:
-    // all four at once, measurement knob). H200, one build, ab (session 51): tg128
-    // 920.6-923.5 -> 933.6-937.7 tok/s, @ d4096 861.2 -> 866.7. Two rows a warp, or a window
-    // of 512-byte pieces, gained less; one piece at a time lost 4% (the rows came in late).
+    // all four at once, measurement knob). H200, one build, three rounds (session 51): tg128
+    // 916.8-922.6 -> 927.4-934.1 tok/s, @ d4096 856.0-857.2 -> 860.4-860.8; the late wait
+    // for the last row +0.1-0.3% more. Two rows a warp, or a window of 512-byte pieces,
+    // gained less; one piece at a time lost 4% (the rows came in too late).
     static const bool paced = env_count("BRASS_CUDA_PACE_DOWN", 1) > 0;
     auto down = lut && ef && paced ? moe_down_pre_kernel<TYPE, C, kS, kS, kS, kS>
                 : lut && ef        ? moe_down_pre_kernel<TYPE, C, kS, kS, kS>
