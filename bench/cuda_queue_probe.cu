@@ -12,6 +12,9 @@
 // `who` 1: only even blocks read rows, so the odd blocks show whether the wait is the
 // SM's own queue (odd blocks fast) or the memory system's (odd blocks slow as well).
 // CH 1: the hits themselves are 16-byte bulk copies (does the copy engine pass the queue?).
+// CH 2: the hits are L1 hits (the ring warmed by ld.global.ca, chased by it): does a hit
+// that never leaves the SM wait behind its misses? Mode 5: the rows as plain 16-byte loads
+// that do not allocate in L1 (ld.global.L1::no_allocate), so they leave the ring there.
 // Prints medians over blocks and launches: the first hit's cycles, the mean of the rest,
 // and when the block's rows were all in (cycles after the chase began). Stage `queue` of
 // bench/cuda_device_run.sh.
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
   const uint64_t* my = ring + static_cast<size_t>(b) * kRing * 16;  // 16 lines of 128 B
   uint64_t p = 0;
   if (tid == 0) {  // warm the ring into L2 (and the chase's path)
-    for (int i = 0; i < 2 * kRing; ++i) p = __ldcg(my + p);
+    for (int i = 0; i < 2 * kRing; ++i) p = CH == 2 ? __ldca(my + p) : __ldcg(my + p);
     if (CH == 1) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&cbar)));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -81,6 +84,12 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
     if constexpr (MODE == 1) {
 #pragma unroll
       for (int i = 0; i < NLDG; ++i) v[i] = src[t + i * nt];
+    } else if constexpr (MODE == 5) {
+#pragma unroll
+      for (int i = 0; i < NLDG; ++i)
+        asm volatile("ld.global.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[i].x), "=r"(v[i].y), "=r"(v[i].z), "=r"(v[i].w)
+                     : "l"(src + t + i * nt));
     } else if constexpr (MODE == 2) {
       for (int i = t; i < n16; i += nt)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem + 16 * i)), "l"(src + i)
@@ -114,6 +123,8 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
       if constexpr (CH == 1) {  // the wait is inside: t[i + 1] after hit i is in
         if (i == 0) t[0] = clock64();
         p = tma_hit(my + p, cdst, &cbar, i & 1);
+      } else if constexpr (CH == 2) {
+        p = __ldca(my + p);  // an L1 hit (warmed above)
       } else {
         p = __ldcg(my + p);  // issued once the previous hit is in (its address)
       }
@@ -129,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
   }
   long long done = 0;
   if (reads && tid >= kWarpSize) {
-    if constexpr (MODE == 1) {
+    if constexpr (MODE == 1 || MODE == 5) {
       int4 a = make_int4(0, 0, 0, 0);
 #pragma unroll
       for (int i = 0; i < NLDG; ++i) a.x ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
@@ -234,5 +245,14 @@ int main() {
     run(queue_probe<2, 0, 1>, "cp.async, hits by bulk", kb << 10, 0);
     run(queue_probe<3, 0, 1>, "bulk, hits by bulk", kb << 10, 0);
   }
+  // L1 hits (the ring in L1): behind cp.async.cg (no L1), bulk copies and no-allocate loads
+  run(queue_probe<0, 0, 2>, "none, L1 hits", 0, 0);
+  for (int kb : {16, 64, 128, 192}) {
+    run(queue_probe<2, 0, 2>, "cp.async, L1 hits", kb << 10, 0);
+    run(queue_probe<3, 0, 2>, "bulk, L1 hits", kb << 10, 0);
+  }
+  run(queue_probe<5, 9, 2>, "LDG no-alloc, L1 hits", 9 * 16 * (kThreads - 32), 0);
+  run(queue_probe<5, 18, 2>, "LDG no-alloc, L1 hits", 18 * 16 * (kThreads - 32), 0);
+  run(queue_probe<5, 18, 0>, "LDG no-alloc, L2 hits", 18 * 16 * (kThreads - 32), 0);
   return 0;
 }

@@ -14,7 +14,9 @@ namespace brass::backend::cuda {
 // mat-mul's own marks (cuda_matmul_mma.cu); 6 the one-token attention (cuda_attention.cu);
 // 7 the batched norm_router_rows (cuda_norm_router.cu).
 // kProbeBlocks: all of gpt-oss-20b's 2,880 one-token gate/up blocks (bench/cuda_probe_timeline.py)
-constexpr int kProbeKernels = 8, kProbeBlocks = 3072, kProbeMarks = 6;
+// Marks 0-5 are a kernel's own; BRASS_PROBE_ENTRY writes 6 (the block's SM id, not a time)
+// and 7 (the time the block entered the kernel).
+constexpr int kProbeKernels = 8, kProbeBlocks = 3072, kProbeMarks = 8;
 // One array per translation unit (static): each unit dumps its own kernels' marks.
 static __device__ unsigned long long g_probe[kProbeKernels][kProbeBlocks][kProbeMarks];
 __device__ __forceinline__ unsigned long long probe_now() {
@@ -42,8 +44,21 @@ static inline void probe_write(const char* path, bool fresh) {
     const unsigned b_ = blockIdx.x + blockIdx.y * gridDim.x;                           \
     if (threadIdx.x == 0 && b_ < kProbeBlocks) g_probe[k][b_][m] = probe_now();        \
   } while (0)
+#define BRASS_PROBE_ENTRY(k)                                                           \
+  do {                                                                                 \
+    const unsigned b_ = blockIdx.x + blockIdx.y * gridDim.x;                           \
+    if (threadIdx.x == 0 && b_ < kProbeBlocks) {                                       \
+      unsigned sm_;                                                                    \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                 \
+      g_probe[k][b_][6] = sm_ + 1;                                                     \
+      g_probe[k][b_][7] = probe_now();                                                 \
+    }                                                                                  \
+  } while (0)
 #else
 #define BRASS_PROBE_MARK(k, m) \
   do {                         \
+  } while (0)
+#define BRASS_PROBE_ENTRY(k) \
+  do {                       \
   } while (0)
 #endif

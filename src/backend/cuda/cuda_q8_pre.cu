@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(kGuRows * kWarp) gate_up_xq_kernel(DevW gate, 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t n_ff = gate.ne1, slot = blockIdx.y;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGuRows + warp;
+  BRASS_PROBE_ENTRY(1);
   BRASS_PROBE_MARK(1, 0);
   pdl_wait();  // the ids and x come from the kernel just before
   pdl_trigger();
@@ -337,6 +338,7 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2)
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   const bool live = r < n_embd;
   RowFrag<C> f[K];
+  BRASS_PROBE_ENTRY(2);
   float b[K];
   if (live) {
 #pragma unroll
@@ -426,6 +428,7 @@ __global__ void __launch_bounds__(kThreads, STAGE ? 3 : 2) qkv_pre_kernel(QkvPre
   const int nh = kind == 0 ? p.n_head : p.n_head_kv;
   hh -= kind == 0 ? 0 : kind == 1 ? p.n_head : p.n_head + p.n_head_kv;
   const int64_t r0 = static_cast<int64_t>(hh) * p.head_dim + j, r1 = r0 + half;
+  BRASS_PROBE_ENTRY(3);
   RowFrag<STAGE ? 1 : C> f0, f1;
   float b0 = 0.f, b1 = 0.f, freq = 0.f;
   if (live) {  // static: before the wait

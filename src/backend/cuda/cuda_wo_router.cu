@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kThreads, 3) wo_router_kernel(WoRouterK p, int
   const int r = static_cast<int>(blockIdx.x) * kWarps + warp;
   const bool live = r < n_embd;
   RowFrag<C> f;
+  BRASS_PROBE_ENTRY(0);
   float yr = 0.f, nr = 0.f, br = 0.f;
   // the router bias for the last block's warp 0, loaded here rather than after its barrier
   // (one L2 round trip fewer on the layer's chain: +0.2% tg128, session 50)
