@@ -15,6 +15,9 @@
 // CH 2: the hits are L1 hits (the ring warmed by ld.global.ca, chased by it): does a hit
 // that never leaves the SM wait behind its misses? Mode 5: the rows as plain 16-byte loads
 // that do not allocate in L1 (ld.global.L1::no_allocate), so they leave the ring there.
+// CH 3: no hits; warp 0's lane 0 times griddepcontrol.wait (the PDL wait) behind the rows,
+// in a launch that follows an empty kernel with programmatic serialization: does a block
+// that starts after its prerequisite finished still wait behind its SM's loads?
 // Prints medians over blocks and launches: the first hit's cycles, the mean of the rest,
 // and when the block's rows were all in (cycles after the chase began). Stage `queue` of
 // bench/cuda_device_run.sh.
@@ -123,6 +126,8 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
       if constexpr (CH == 1) {  // the wait is inside: t[i + 1] after hit i is in
         if (i == 0) t[0] = clock64();
         p = tma_hit(my + p, cdst, &cbar, i & 1);
+      } else if constexpr (CH == 3) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
       } else if constexpr (CH == 2) {
         p = __ldca(my + p);  // an L1 hit (warmed above)
       } else {
@@ -134,7 +139,8 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
     // CH 0: t[i + 1] is read as hit i is issued, and hit i + 1 issues once hit i is in:
     // t[2] - t[1] is the first hit's latency, t[kHits] - t[1] that of kHits - 1 hits.
     // CH 1: t[i + 1] once hit i is in: t[1] - t[0] the first, t[kHits] - t[1] the rest.
-    rec[b * 4 + 0] = CH == 1 ? t[1] - t[0] : t[2] - t[1];
+    // CH 3: t[1] - t[0] the first PDL wait, the rest waits already passed.
+    rec[b * 4 + 0] = CH == 1 || CH == 3 ? t[1] - t[0] : t[2] - t[1];  // CH 3: the first wait
     rec[b * 4 + 1] = (t[kHits] - t[1]) / (kHits - 1);
     if (p == 12345) sink[0] = make_int4(1, 1, 1, 1);
   }
@@ -172,6 +178,8 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
   }
 }
 
+__global__ void empty_kernel() {}
+
 static double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -200,12 +208,27 @@ int main() {
     for (int i = 0; i < kRing; ++i) h[(size_t(b) * kRing + i) * 16] = uint64_t((i + 5) % kRing) * 16;
   cudaMemcpy(ring, h.data(), h.size() * 8, cudaMemcpyHostToDevice);
   size_t off = 0;
-  auto run = [&](auto kern, const char* name, int bytes, int who) {
+  auto run = [&](auto kern, const char* name, int bytes, int who, bool pdl = false) {
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     std::vector<double> first[2], mean[2], drain;
     for (int rep = 0; rep < 7; ++rep) {
       if ((off + 1) * per_launch / 16 * 16 > cold_bytes) off = 0;
-      kern<<<n_sm, kThreads, kSmem>>>(cold + off * per_launch / 16, bytes, who, ring, rec, sink);
+      if (pdl) {  // an empty kernel first, then this one as its programmatic dependent
+        empty_kernel<<<1, 32>>>();
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(n_sm);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = kSmem;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, kern, static_cast<const int4*>(cold + off * per_launch / 16), bytes, who,
+                           static_cast<const uint64_t*>(ring), rec, sink);
+      } else {
+        kern<<<n_sm, kThreads, kSmem>>>(cold + off * per_launch / 16, bytes, who, ring, rec, sink);
+      }
       ++off;
       std::vector<long long> r(size_t(n_sm) * 4);
       if (cudaMemcpy(r.data(), rec, r.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
@@ -254,5 +277,9 @@ int main() {
   run(queue_probe<5, 9, 2>, "LDG no-alloc, L1 hits", 9 * 16 * (kThreads - 32), 0);
   run(queue_probe<5, 18, 2>, "LDG no-alloc, L1 hits", 18 * 16 * (kThreads - 32), 0);
   run(queue_probe<5, 18, 0>, "LDG no-alloc, L2 hits", 18 * 16 * (kThreads - 32), 0);
+  // the PDL wait behind the rows (its prerequisite, an empty kernel, long done)
+  run(queue_probe<0, 0, 3>, "none, PDL wait", 0, 0, true);
+  for (int kb : {16, 64, 128, 192}) run(queue_probe<2, 0, 3>, "cp.async, PDL wait", kb << 10, 0, true);
+  run(queue_probe<1, 18, 3>, "LDG, PDL wait", 18 * 16 * (kThreads - 32), 0, true);
   return 0;
 }
