@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) queue_probe(const int4* cold, int by
     // t[2] - t[1] is the first hit's latency, t[kHits] - t[1] that of kHits - 1 hits.
     // CH 1: t[i + 1] once hit i is in: t[1] - t[0] the first, t[kHits] - t[1] the rest.
     // CH 3: t[1] - t[0] the first PDL wait, the rest waits already passed.
-    rec[b * 4 + 0] = CH == 1 || CH == 3 ? t[1] - t[0] : t[2] - t[1];  // CH 3: the first wait
+    rec[b * 4 + 0] = CH == 1 || CH == 3 ? t[1] - t[0] : t[2] - t[1];
     rec[b * 4 + 1] = (t[kHits] - t[1]) / (kHits - 1);
     if (p == 12345) sink[0] = make_int4(1, 1, 1, 1);
   }
