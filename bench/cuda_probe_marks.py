@@ -22,25 +22,42 @@ MARKS = {
 }
 
 
-def load(path):
-    """The marks as {(kernel, mark): [ns, one a block]} and t0, the first q/k/v wait."""
+# cuda_probe.cuh's BRASS_PROBE_ENTRY: mark 6 holds the block's SM id + 1 (not a time), mark 7
+# the time the block entered its kernel.
+SM_MARK = 6
+EARLIER_US = 50  # marks older than this before t0 are earlier launches'
+
+
+def load_blocks(path):
+    """The marks as {(kernel, mark): [(block, ns), ...]} and t0, the first q/k/v wait."""
     t = {}
     for r in csv.DictReader(open(path)):
-        t.setdefault((int(r["kernel"]), int(r["mark"])), []).append(int(r["ns"]))
+        t.setdefault((int(r["kernel"]), int(r["mark"])), []).append((int(r["block"]), int(r["ns"])))
     if (3, 1) not in t:
         sys.exit("no q/k/v marks")
-    return t, min(t[(3, 1)])
+    return t, min(v for _, v in t[(3, 1)])
+
+
+def load(path):
+    """The marks as {(kernel, mark): [ns, one a block]} and t0, the first q/k/v wait."""
+    tb, t0 = load_blocks(path)
+    return {km: [v for _, v in bv] for km, bv in tb.items()}, t0
 
 
 def this_launch_us(t, t0, k, m):
     """Mark m of kernel k in us after t0, for the blocks of the last launch only (marks
     only the last block writes keep older launches' values elsewhere)."""
-    return [(v - t0) / 1e3 for v in t.get((k, m), []) if v - t0 > -50e3]
+    return [(v - t0) / 1e3 for v in t.get((k, m), []) if v - t0 > -EARLIER_US * 1e3]
+
+
+def this_launch_by_block(tb, t0, k, m):
+    """this_launch_us of load_blocks' marks, as {block: us}."""
+    return {b: (v - t0) / 1e3 for b, v in tb.get((k, m), []) if v - t0 > -EARLIER_US * 1e3}
 
 
 def main():
     t, t0 = load(sys.argv[1])
-    vals = sorted({v for vs in t.values() for v in vs})
+    vals = sorted({v for (_, m), vs in t.items() if m != SM_MARK for v in vs})
     steps = [b - a for a, b in zip(vals, vals[1:]) if b > a]
     print(f"timer: {len(vals)} distinct values, smallest step {min(steps) if steps else 0} ns")
     print(f"{'kernel':<16} {'mark':<20} {'blocks':>6} {'first':>8} {'median':>8} {'last':>8}")

@@ -12,23 +12,24 @@ cuda_probe_marks.py):
 - the first SMs' gate/up blocks in order: entered, wait done, ids read, summed.
 """
 import collections
-import csv
 import sys
+
+from cuda_probe_marks import SM_MARK, load_blocks, this_launch_by_block
 
 
 def main():
-    t = {}
-    for r in csv.DictReader(open(sys.argv[1])):
-        t.setdefault((int(r["kernel"]), int(r["mark"])), {})[int(r["block"])] = int(r["ns"])
-    if (1, 6) not in t:
+    t, t0 = load_blocks(sys.argv[1])
+    if (1, SM_MARK) not in t:
         sys.exit("no SM marks (a probe build from before BRASS_PROBE_ENTRY?)")
-    t0 = min(t[(3, 1)].values())
 
     def us(k, m):
-        return {b: (v - t0) / 1e3 for b, v in t.get((k, m), {}).items() if v - t0 > -50e3}
+        return this_launch_by_block(t, t0, k, m)
 
-    gin, gwait, gids, gsum, gtick = us(1, 7), us(1, 1), us(1, 2), us(1, 3), us(1, 4)
-    gsm = {b: v - 1 for b, v in t[(1, 6)].items()}
+    def sms(k):
+        return {b: v - 1 for b, v in t.get((k, SM_MARK), [])}
+
+    gin, gwait, gids, gsum, gtick = us(1, SM_MARK + 1), us(1, 1), us(1, 2), us(1, 3), us(1, 4)
+    gsm = sms(1)
     gend = {b: max(gtick.get(b, gsum.get(b, 0)), gsum.get(b, 0)) for b in gin}
     per = collections.defaultdict(list)
     for b in gin:
@@ -44,7 +45,7 @@ def main():
 
     print("gate/up blocks an SM:", sorted(collections.Counter(len(v) for v in per.values()).items()))
     print("most at once on an SM:", sorted(collections.Counter(most_at_once(v) for v in per.values()).items()))
-    din, dsm = us(2, 7), {b: v - 1 for b, v in t.get((2, 6), {}).items()}
+    din, dsm = us(2, SM_MARK + 1), sms(2)
     alive = collections.Counter(
         sum(1 for g in per[dsm[b]] if gin[g] <= din[b] < gend[g]) for b in din if b in dsm)
     if din:
